@@ -1,0 +1,69 @@
+# Two commands do all set-up on a fresh machine:
+#   make book   -> .venv, the package, every notebook executed (SCALE=ci), HTML in book/_build/html
+#   make test   -> the same, plus: package/notebooks in sync, pytest (unit, structure, offline, browser)
+SHELL := /bin/bash
+.SHELLFLAGS := -eo pipefail -c
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+SCALE ?= ci
+DEVICE ?= auto
+SEED ?= 0
+MATHJAX_VERSION := 3.2.2
+STAMP := $(VENV)/.installed
+MATHJAX := book/_assets/mathjax/tex-svg.js
+
+.PHONY: all venv mathjax export run html book chapter check-clean pytest test clean
+all: book
+
+# The environment: pinned where tools break without pins (constraints.txt), loose elsewhere (settings.ini).
+$(STAMP): setup.py settings.ini constraints.txt
+	@echo "== installing into $(VENV) (log: .cache/install.log)"
+	@mkdir -p .cache
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	@start=$$(date +%s); \
+	 ( $(BIN)/python -m pip install -U pip && \
+	   $(BIN)/python -m pip install -c constraints.txt -e ".[dev]" ) > .cache/install.log 2>&1 \
+	   || { tail -40 .cache/install.log; exit 1; }; \
+	 echo "   installed in $$(( $$(date +%s) - start )) s; $(VENV) is $$(du -sh $(VENV) | cut -f1)"
+	@touch $@
+venv: $(STAMP)
+
+# MathJax 3 from npm, served by the book itself so that no page asks a CDN.
+$(MATHJAX):
+	@echo "== mathjax@$(MATHJAX_VERSION) from npm"
+	@mkdir -p .cache/npm book/_assets/mathjax
+	@cd .cache/npm && npm pack --silent mathjax@$(MATHJAX_VERSION) > /dev/null
+	@tar -xzf .cache/npm/mathjax-$(MATHJAX_VERSION).tgz -C .cache/npm
+	@cp -r .cache/npm/package/es5/. book/_assets/mathjax/
+mathjax: $(MATHJAX)
+
+export: venv
+	$(BIN)/nbdev_export
+
+# Execute notebooks with papermill into book/<slug>/ (a failed notebook is never left in the book).
+run: export
+	$(BIN)/python -m iclr25_repro run --scale $(SCALE) --device $(DEVICE) --seed $(SEED)
+
+html: venv mathjax
+	$(BIN)/python -m iclr25_repro build
+	@echo "The book: file://$(CURDIR)/book/_build/html/index.html"
+
+book: run html
+
+chapter: export mathjax
+	@test -n "$(CH)" || { echo "usage: make chapter CH=<slug>"; exit 2; }
+	$(BIN)/python -m iclr25_repro run $(CH) --scale $(SCALE) --device $(DEVICE) --seed $(SEED)
+	$(MAKE) html
+
+# The package is generated from nbs/ and the notebooks are committed without outputs.
+check-clean: venv
+	$(BIN)/python -m iclr25_repro check-clean
+
+pytest: venv
+	$(BIN)/python -m pytest tests
+
+test: check-clean book pytest
+
+clean:
+	rm -rf book/_build .cache/running .cache/failed
