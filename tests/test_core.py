@@ -209,3 +209,19 @@ def test_explicit_root_wins_over_environment(tmp_path, monkeypatch):
     assert results.repo_root() == tmp_path / "elsewhere"
     assert results.repo_root(tmp_path) == tmp_path
     assert results.results_path("demo", "ci", tmp_path) == tmp_path / "book" / "results" / "demo" / "ci.json"
+
+
+def test_cleaning_keeps_parameters_tag_and_strips_outputs(tmp_path):
+    from conftest import ROOT
+    from nbdev.clean import _nbdev_clean
+    nb = {"cells": [{"cell_type": "code", "id": "abcd1234", "metadata": {"tags": ["parameters"], "scrolled": True},
+                     "source": ["scale = 'ci'"], "execution_count": 3,
+                     "outputs": [{"output_type": "stream", "name": "stdout", "text": ["x"]}]}],
+          "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
+    _nbdev_clean(nb, path=ROOT / "nbs")  # nbdev with this repository's settings.ini
+    assert nb["cells"][0]["metadata"] == {"tags": ["parameters"]}, "nbdev_clean dropped papermill's parameters tag"
+    path = tmp_path / "n.ipynb"
+    path.write_text(json.dumps(nb))
+    assert cli.strip_outputs(path) and not cli.strip_outputs(path)
+    cell = json.loads(path.read_text())["cells"][0]
+    assert cell["outputs"] == [] and cell["execution_count"] is None and cell["metadata"] == {"tags": ["parameters"]}
