@@ -218,7 +218,9 @@ def test_cleaning_keeps_parameters_tag_and_strips_outputs(tmp_path):
                      "source": ["scale = 'ci'"], "execution_count": 3,
                      "outputs": [{"output_type": "stream", "name": "stdout", "text": ["x"]}]}],
           "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
-    _nbdev_clean(nb, path=ROOT / "nbs")  # nbdev with this repository's settings.ini
+    from nbdev.config import get_config
+    assert get_config().config_path == ROOT      # nbdev reads this repository's settings.ini (pytest runs in the root)
+    _nbdev_clean(nb)
     assert nb["cells"][0]["metadata"] == {"tags": ["parameters"]}, "nbdev_clean dropped papermill's parameters tag"
     path = tmp_path / "n.ipynb"
     path.write_text(json.dumps(nb))
