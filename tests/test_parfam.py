@@ -168,3 +168,14 @@ def test_unknown_problem_or_method():
         experiment.run(experiment.Config.preset("tiny", problems=("No.Such",)))
     with pytest.raises(ValueError, match="methods"):
         experiment.run(experiment.Config.preset("tiny", methods=("Eureqa",)))
+
+
+def test_presets_are_consistent():
+    names = {p.name for p in experiment.PROBLEMS}
+    assert len(names) == len(experiment.PROBLEMS)
+    assert len({p.expr for p in experiment.PROBLEMS}) == len(experiment.PROBLEMS) - 1  # I.25.13 and I.29.4 share x0/x1
+    for scale in ("tiny", "ci", "full"):
+        cfg = experiment.Config.preset(scale)
+        assert set(cfg.problems) <= names and set(cfg.noisy_methods) <= set(experiment.METHODS)
+    assert len(experiment.Config.preset("ci").problems) >= 8
+    assert not experiment._problem("Nguyen-5").in_family
