@@ -126,12 +126,45 @@ def test_fit_family_respects_deadline():
 
 
 def test_symbolic_check():
-    x0, x1 = sp.symbols("x0 x1", positive=True)
+    x0, x1, x2 = sp.symbols("x0:3", positive=True)
     truth = x0 / x1
     assert experiment.is_symbolic_solution(2.0 * x0 / x1, truth)
     assert experiment.is_symbolic_solution(x0 / x1 + 0.25, truth)
     assert not experiment.is_symbolic_solution(x0 / (x1 + 0.1), truth)
+    assert not experiment.is_symbolic_solution(0 * x0, truth)           # a zero ratio is no solution
     assert not experiment.is_symbolic_solution(None, truth)
+    # the safe sqrt writes |.|: resolved with the sign on the sample points (I.10.7)
+    pts = {"x0": np.linspace(1, 5, 64), "x1": np.linspace(1, 2, 64), "x2": np.linspace(3, 10, 64)}
+    model = x0 * x2 / sp.sqrt(sp.Abs(x2**2 - x1**2))
+    i_10_7 = experiment._problem("I.10.7").sympy()
+    assert experiment.is_symbolic_solution(model.subs({s: t for s in model.free_symbols for t in i_10_7.free_symbols
+                                                       if s.name == t.name}), i_10_7, pts)
+    # the numeric pre-check rejects without simplify; and agrees with simplify on a true solution
+    assert not experiment.is_symbolic_solution(x0 / x1 + 1e-3 * x0, truth, pts)
+    assert experiment.is_symbolic_solution(3 * x0 / x1, truth, pts)
+
+
+def test_gplearn_formula_parser():
+    expr = experiment._gplearn_sympy("add(mul(X0, X1), div(sqrt(X2), 0.5))", 3)
+    x0, x1, x2 = sp.symbols("x0:3", real=True)
+    assert sp.simplify(expr - (x0 * x1 + 2 * sp.sqrt(sp.Abs(x2)))) == 0
+
+
+def test_search_order_follows_functions_argument():
+    fams = candidate_families(1, ("sqrt", "exp", "sin"), max_degree_output_denominator=0)
+    first_of_size = [f.functions[0] for f in fams if f.functions][:3]
+    assert first_of_size == ["sqrt", "exp", "sin"]
+    assert [f.functions[0] for f in candidate_families(1, ("sin", "sqrt"), 2, 0, 2, 0) if f.functions][:2] == ["sin", "sqrt"]
+
+
+def test_loss_at_exact_encoding_is_the_penalty():
+    from iclr25_repro.parfam.model import parfam_loss
+    pf = ParametricFamily(Family(degree_output=2), n_vars=2)
+    theta = torch.zeros(pf.n_params, dtype=torch.float64)
+    theta[monomial_exponents(2, 2).tolist().index([1, 1])] = 1.5
+    X = torch.as_tensor(np.random.default_rng(0).uniform(1, 5, (40, 2)))
+    y = 1.5 * X[:, 0] * X[:, 1]
+    assert math.isclose(parfam_loss(pf, theta, X, y, l1=1e-3).item(), 1.5e-3, rel_tol=1e-12)
 
 
 def test_claim_rules_are_computed():
@@ -142,9 +175,14 @@ def test_claim_rules_are_computed():
             out.append(dict(problem=f"p{i}", noise=noise, method="gplearn", in_family=True, accurate=b, symbolic=False))
         return out
     claims = experiment.make_claims(rows([1, 1, 1, 0], [1, 0, 0, 0]) + rows([1, 1, 1, 0], [1, 0, 0, 0], 0.01))
-    assert [c["verdict"] for c in claims] == ["reproduced", "reproduced", "reproduced"]
+    # no Operon rows: the claim against Operon was not run, not "not reproduced"
+    assert [c["verdict"] for c in claims] == ["reproduced", "not_run", "reproduced", "reproduced"]
     claims = experiment.make_claims(rows([1, 0, 0, 0], [1, 1, 1, 0]) + rows([0, 0, 0, 0], [1, 1, 0, 0], 0.01))
-    assert [c["verdict"] for c in claims] == ["not_reproduced", "not_reproduced", "partial"]
+    assert [c["verdict"] for c in claims] == ["not_reproduced", "not_run", "not_reproduced", "partial"]
+    with_operon = rows([1, 1, 0, 0], [0, 0, 0, 0]) + [dict(problem=f"p{i}", noise=0.0, method="Operon", in_family=True,
+                                                           accurate=a, symbolic=False) for i, a in enumerate([1, 1, 1, 0])]
+    c1b = experiment.make_claims(with_operon, noises=(0.0,))[1]
+    assert c1b["id"] == "C1b-vs-operon" and c1b["verdict"] == "partial" and c1b["baseline"] == 75.0
 
 
 def test_tiny_experiment_is_deterministic_in_data_and_valid():
