@@ -227,3 +227,41 @@ def test_cleaning_keeps_parameters_tag_and_strips_outputs(tmp_path):
     assert cli.strip_outputs(path) and not cli.strip_outputs(path)
     cell = json.loads(path.read_text())["cells"][0]
     assert cell["outputs"] == [] and cell["execution_count"] is None and cell["metadata"] == {"tags": ["parameters"]}
+
+
+def _notebook(cells):
+    return {"cells": [{"cell_type": "code", "id": f"c{i}", "metadata": md, "source": src, "outputs": [],
+                       "execution_count": None} for i, (src, md) in enumerate(cells)],
+            "metadata": {"kernelspec": {"name": "python3", "display_name": "python3", "language": "python"}},
+            "nbformat": 4, "nbformat_minor": 5}
+
+
+def test_execute_notebook_injects_parameters_and_never_publishes_a_failure(tmp_path):
+    (tmp_path / "nbs" / "demo").mkdir(parents=True)
+    good = tmp_path / "nbs" / "demo" / "03_evaluation.ipynb"
+    good.write_text(json.dumps(_notebook([
+        ('scale = "ci"\ndevice = "auto"\nseed = 0', {"tags": ["parameters"]}),
+        ("#| hide\nimport os", {}),
+        ('print("scale is", scale, os.environ["HF_HUB_OFFLINE"])', {}),
+    ])))
+    row = cli.execute_notebook(good, "demo", scale="tiny", device="cpu", root=tmp_path)
+    assert row["ok"], row["error"]
+    out = json.loads((tmp_path / "book" / "demo" / "03_evaluation.ipynb").read_text())
+    printed = "".join("".join(o.get("text", "")) for c in out["cells"] for o in c.get("outputs", []))
+    assert "scale is tiny 1" in printed                                  # papermill injected scale; kernel offline
+    assert any("remove-cell" in c["metadata"].get("tags", []) and "".join(c["source"]) == "import os" for c in out["cells"])
+    bad = tmp_path / "nbs" / "demo" / "04_broken.ipynb"
+    bad.write_text(json.dumps(_notebook([("raise RuntimeError('boom')", {})])))
+    (tmp_path / "book" / "demo" / "04_broken.ipynb").write_text("{}")   # a stale copy from an earlier build
+    row = cli.execute_notebook(bad, "demo", root=tmp_path)
+    assert not row["ok"] and "boom" in row["error"]
+    assert not (tmp_path / "book" / "demo" / "04_broken.ipynb").exists()
+    assert (tmp_path / ".cache" / "failed" / "demo" / "04_broken.ipynb").exists()
+
+
+def test_run_experiment_writes_valid_results(tmp_path):
+    doc = cli.run_experiment("parfam", scale="tiny", device="cpu", root=tmp_path)
+    path = tmp_path / "book" / "results" / "parfam" / "tiny.json"
+    assert results.load_results(path) == doc
+    assert doc["details"] and all(c["verdict"] in results.VERDICTS for c in doc["claims"])
+    assert doc["env"]["git_sha"] is None or len(doc["env"]["git_sha"]) >= 40
