@@ -265,3 +265,10 @@ def test_run_experiment_writes_valid_results(tmp_path):
     assert results.load_results(path) == doc
     assert doc["details"] and all(c["verdict"] in results.VERDICTS for c in doc["claims"])
     assert doc["env"]["git_sha"] is None or len(doc["env"]["git_sha"]) >= 40
+
+
+def test_map_jobs_keeps_order_in_processes():
+    jobs = [dict(base=3, exp=k) for k in range(5)]
+    assert runtime.map_jobs(pow, jobs, n_workers=2) == [3 ** k for k in range(5)] == runtime.map_jobs(pow, jobs)
+    with pytest.raises(ValueError, match="n_workers"):
+        runtime.map_jobs(pow, jobs, n_workers=0)
