@@ -268,7 +268,10 @@ def test_run_experiment_writes_valid_results(tmp_path):
 
 
 def test_map_jobs_keeps_order_in_processes():
+    import os
     jobs = [dict(base=3, exp=k) for k in range(5)]
+    before = os.environ.get("OMP_NUM_THREADS")
     assert runtime.map_jobs(pow, jobs, n_workers=2) == [3 ** k for k in range(5)] == runtime.map_jobs(pow, jobs)
+    assert os.environ.get("OMP_NUM_THREADS") == before
     with pytest.raises(ValueError, match="n_workers"):
         runtime.map_jobs(pow, jobs, n_workers=0)
