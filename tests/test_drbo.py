@@ -35,11 +35,12 @@ def test_vec2dag_always_acyclic(d, k):
     assert not A.diagonal(dim1=-2, dim2=-1).any()
 
 
-def test_every_dag_on_three_nodes_is_reachable_at_full_rank():
-    dags = _all_dags(3)
-    assert len(dags) == 25
+@pytest.mark.parametrize("d,count", [(3, 25), (4, 543)])
+def test_every_dag_is_reachable_at_full_rank(d, count):
+    dags = _all_dags(d)
+    assert len(dags) == count
     for A in dags:
-        assert (vec2dag(torch.as_tensor(dag2vec(A)), 3, 3).numpy() == A).all()
+        assert (vec2dag(torch.as_tensor(dag2vec(A)), d, d).numpy() == A).all()
 
 
 def test_is_dag_detects_cycles_and_dag2vec_rejects_them():
@@ -147,6 +148,10 @@ def test_shd_on_known_pairs():
     assert m["tpr"] == pytest.approx(1 / 3) and m["fdr"] == pytest.approx(2 / 3)
     und = true | true.T
     assert dag_metrics(und, true)["shd"] == 0 and dag_metrics(und, true)["tpr"] == 1.0
+    und_extra = true.copy()
+    und_extra[0, 3] = und_extra[3, 0] = True  # an undirected edge where the truth has none
+    m = dag_metrics(und_extra, true)
+    assert (m["shd"], m["extra"], m["n_edges"]) == (1, 1, 4) and m["fdr"] == pytest.approx(0.25)
 
 
 def test_prune_linear_drops_weak_edges():
@@ -162,6 +167,7 @@ def test_prune_linear_drops_weak_edges():
 
 @pytest.mark.parametrize("X,match", [
     (np.ones((10,)), "2-D"),
+    (np.ones((10, 3)), "constant"),
     (np.ones((4, 6)), "more samples"),
     (np.array([[0.0, np.inf]] * 10), "non-finite"),
 ])
@@ -180,6 +186,34 @@ def test_bad_settings():
         BICScorer(X, noise="gp")
     with pytest.raises(ValueError, match="same shape"):
         dag_metrics(np.zeros((3, 3)), np.zeros((4, 4)))
+    with pytest.raises(ValueError, match="n_grad_steps"):
+        DrBO(max_evals=64, n_grad_steps=0).fit(X)
+    with pytest.raises(ValueError, match="clip_local"):
+        DrBO(max_evals=64, clip_local=(6.0, -12.0)).fit(X)
+
+
+@pytest.mark.parametrize("noise", ["ev", "nv"])
+def test_aggregate_numpy_and_torch_agree(noise):
+    X, _ = simulate_linear_sem(d=4, n=100, edges_per_node=1.0)
+    sc = BICScorer(X, noise)
+    local = np.random.default_rng(0).normal(size=(7, 4))
+    edges = np.arange(7)
+    a = sc.aggregate(edges, local)
+    b = sc.aggregate(torch.as_tensor(edges), torch.as_tensor(local)).numpy()
+    assert np.allclose(a, b, rtol=0, atol=1e-12)
+
+
+def test_collinear_parents_do_not_crash():
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal(200)
+    X = np.stack([x, 2 * x, x + rng.standard_normal(200)], axis=1)
+    assert np.isfinite(BICScorer(X).local_score(2, [0, 1]))
+
+
+def test_random_state_none_and_budget_counter():
+    X, _ = simulate_linear_sem(d=4, n=200, edges_per_node=1.0)
+    m = DrBO(max_evals=128, n_candidates=500, random_state=None).fit(X)
+    assert m.n_evals_ == 128 and m.scorer_.calls == 128
 
 
 def test_fit_is_deterministic_and_budget_rounds_up():
@@ -207,6 +241,30 @@ def test_sachs_and_ges():
     Xs, W = simulate_linear_sem(d=5, n=500, edges_per_node=1.0, seed=0)
     G = ges_graph(Xs)
     assert G.shape == (5, 5) and G.dtype == bool
+
+
+def _fake_rows(bo_curve, rs_curve, rs_best_eval, shd_bo, shd_dagma, sachs_bo, sachs_ges):
+    evals = [64 * (i + 1) for i in range(len(bo_curve))]
+    rows = [dict(dataset="synthetic", seed=0, method="true DAG", shd=0, score=0.0),
+            dict(dataset="synthetic", seed=0, method="DrBO", shd=shd_bo, evals=evals, curve=bo_curve),
+            dict(dataset="synthetic", seed=0, method="random search", shd=10, evals=evals, curve=rs_curve,
+                 best_eval=rs_best_eval, n_evals=evals[-1]),
+            dict(dataset="synthetic", seed=0, method="DAGMA", shd=shd_dagma),
+            dict(dataset="sachs", seed=0, method="DrBO", shd=sachs_bo),
+            dict(dataset="sachs", seed=0, method="GES", shd=sachs_ges)]
+    return experiment.make_claims(rows, ("DAGMA",), ("GES",))
+
+
+def test_make_claims_rules():
+    good = _fake_rows([-1, -0.5, -0.1, -0.05], [-1, -0.9, -0.8, -0.8], 256, 0, 1, 10, 12)
+    assert [c["verdict"] for c in good] == ["reproduced", "reproduced", "reproduced"]
+    assert good[0]["ours"] == pytest.approx(256 / 128)  # random found -0.8 at 256, DrBO passed it at 128
+    slow = _fake_rows([-1, -0.5, -0.1, -0.05], [-1, -0.9, -0.8, -0.8], 192, 0, 1, 10, 12)
+    assert slow[0]["verdict"] == "partial"              # higher final score, but a speed-up of 1.5 < 2
+    bad = _fake_rows([-1, -0.95, -0.9, -0.85], [-1, -0.9, -0.8, -0.8], 192, 3, 0, 20, 12)
+    assert [c["verdict"] for c in bad] == ["not_reproduced", "not_reproduced", "not_reproduced"]
+    mid = _fake_rows([-1, -0.2, -0.1, -0.05], [-1, -0.9, -0.8, -0.8], 256, 2, 1, 14, 12)
+    assert [c["verdict"] for c in mid] == ["reproduced", "partial", "partial"]
 
 
 def test_tiny_experiment_run():
