@@ -1,0 +1,183 @@
+"""Tests of iclr25_repro.guard: exact models, Theorem 2, the twisted proposal, the sampler and its budget, the DPG
+gradient, the transformers wrapper and LogitsProcessor, estimators, bad inputs, determinism, and a tiny run."""
+import math
+
+import pytest
+import torch
+
+from iclr25_repro.guard import experiment
+from iclr25_repro.guard.model import (BudgetExhausted, CausalLMProposal, TabularLM, TokenBoost, all_sequences, contains,
+                                      dpg, estimate_report, exact_report, first_position, guard_sample, logit_boost,
+                                      prompt_analogue, restricted_fit, sft, tiny_gpt2, toy_base, twisted_proposal)
+
+V, T = 5, 4
+
+
+@pytest.fixture(scope="module")
+def toy():
+    a = toy_base(V=V, T=T, p_target=0.02, seed=2)
+    Y = all_sequences(V, T)
+    b = contains(V - 1)
+    with torch.no_grad():
+        la = a.log_prob(Y)
+    return a, Y, b, b(Y), la
+
+
+def test_all_sequences_and_exact_normalisation(toy):
+    a, Y, b, ok, la = toy
+    assert Y.shape == (V**T, T) and len(torch.unique(Y, dim=0)) == V**T
+    assert abs(float(la.exp().sum()) - 1) < 1e-12
+    assert first_position(torch.tensor([[0, 4, 4, 1], [0, 0, 0, 0]]), 4).tolist() == [1, -1]
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_theorem2_identity_on_random_chains(toy, seed):
+    a, Y, b, ok, la = toy
+    q = TabularLM(torch.randn(T, V + 1, 2, V, generator=torch.Generator().manual_seed(seed), dtype=torch.float64), V - 1)
+    with torch.no_grad():
+        r = exact_report(la, q.log_prob(Y), ok)
+    assert abs(r["kl_g_aprime"] - (r["kl_g_gprime"] - math.log(r["AR"]))) < 1e-10
+    assert r["kl_g_gprime"] >= 0 and r["kl_gprime_g"] >= 0 and 0 <= r["tv"] <= 1
+
+
+def test_ideal_distribution(toy):
+    a, Y, b, ok, la = toy
+    r = exact_report(la, la, ok)
+    assert abs(r["kl_g_aprime"] + math.log(r["Z"])) < 1e-12 and r["AR"] == r["Z"] and r["kl_g_gprime"] == 0
+
+
+def test_twisted_proposal_is_exact(toy):
+    a, Y, b, ok, la = toy
+    star = twisted_proposal(a)
+    with torch.no_grad():
+        r = exact_report(la, star.log_prob(Y), ok)
+    assert abs(r["AR"] - 1) < 1e-12 and r["kl_g_gprime"] < 1e-12 and r["kl_g_aprime"] < 1e-12
+
+
+def test_restricted_family_cannot_reach_g(toy):
+    a, Y, b, ok, la = toy
+    with torch.no_grad():
+        r = exact_report(la, restricted_fit(a, Y, b).log_prob(Y), ok)
+    assert r["kl_g_gprime"] > 1e-3 and r["AR"] < 1
+
+
+def test_sampler_never_violates_and_raises_on_budget(toy):
+    a, Y, b, ok, la = toy
+    gen = torch.Generator().manual_seed(0)
+    out, st = guard_sample(logit_boost(a, 5.0), b, 300, max_tries=100_000, batch_size=500, generator=gen)
+    assert len(out) == 300 and b(out).all() and st.accepted >= 300 and st.tries % 500 == 0
+    with pytest.raises(BudgetExhausted, match="max_tries=50"):
+        guard_sample(a, b, 300, max_tries=50, generator=gen)
+    with pytest.raises(ValueError, match="must be >= 1"):
+        guard_sample(a, b, 0, max_tries=10)
+
+
+def test_sampling_matches_exact_probabilities(toy):
+    a, Y, b, ok, la = toy
+    draws = a.sample(100_000, torch.Generator().manual_seed(3))
+    freq = torch.bincount(draws @ (V ** torch.arange(T - 1, -1, -1)), minlength=V**T).double() / 100_000
+    assert float((freq - la.exp()).abs().max()) < 0.01
+
+
+def test_dpg_gradient_equals_exact_forward_kl_gradient():
+    small = toy_base(V=3, T=3, p_target=0.1, seed=1)
+    Y = all_sequences(3, 3)
+    ok = contains(2)(Y)
+    gen = torch.Generator().manual_seed(5)
+    pi = TabularLM(small.logits.detach() + 0.5 * torch.randn(small.logits.shape, generator=gen, dtype=torch.float64), 2)
+    q = TabularLM(small.logits.detach() - 0.5 * torch.randn(small.logits.shape, generator=gen, dtype=torch.float64), 2)
+    with torch.no_grad():
+        la, lq = small.log_prob(Y), q.log_prob(Y)
+        Z = float(la[ok].exp().sum())
+        g = torch.where(ok, (la - math.log(Z)).exp(), torch.zeros_like(la))
+    exact = torch.autograd.grad((g[ok] * (g[ok].log() - pi.log_prob(Y)[ok])).sum(), pi.logits)[0]
+    lpi = pi.log_prob(Y)
+    ratio = (lpi.detach() - lq).exp()
+    R = torch.where(ok, g / lpi.detach().exp(), torch.zeros_like(g))
+    est = torch.autograd.grad(-(lq.exp() * ratio * (R - 0.3) * lpi).sum(), pi.logits)[0]
+    assert torch.allclose(est, exact, atol=1e-12)
+
+
+def test_dpg_and_sft_improve_and_are_deterministic(toy):
+    a, Y, b, ok, la = toy
+    def run(seed):
+        gen = torch.Generator().manual_seed(seed)
+        pol, log = dpg(a, a, b, budget=4000, batch_size=200, lr=0.1, generator=gen)
+        with torch.no_grad():
+            return exact_report(la, pol.log_prob(Y), ok), log
+    (r1, l1), (r2, l2) = run(0), run(0)
+    assert r1 == r2 and l1 == l2
+    assert r1["kl_g_aprime"] < -math.log(r1["Z"])
+    samples = a.sample(20_000, torch.Generator().manual_seed(1))
+    acc = samples[b(samples)]
+    m = sft(a, acc, steps=30, lr=0.05, generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        r = exact_report(la, m.log_prob(Y), ok)
+    assert r["AR"] > r["Z"]
+    with pytest.raises(ValueError, match="at least one sample"):
+        sft(a, acc[:0])
+    with pytest.raises(ValueError, match="budget"):
+        dpg(a, a, b, budget=10, batch_size=100)
+
+
+def test_prompt_analogue_shifts_positions(toy):
+    a, Y, b, ok, la = toy
+    pos = first_position(Y, V - 1)
+    with torch.no_grad():
+        r = exact_report(la, prompt_analogue(a, 20.0).log_prob(Y), ok, pos, T)
+    assert r["pos_gprime"][0] > r["pos_g"][0] + 0.1
+
+
+def test_transformers_wrapper_and_logits_processor():
+    lm = CausalLMProposal(tiny_gpt2(4, 3, seed=0), 4, 3)
+    boosted = CausalLMProposal(lm.model, 4, 3, [TokenBoost(3, 4.0)])
+    Y = all_sequences(4, 3)
+    with torch.no_grad():
+        p, pb = lm.log_prob(Y).exp(), boosted.log_prob(Y).exp()
+    assert abs(float(p.sum()) - 1) < 1e-9 and abs(float(pb.sum()) - 1) < 1e-9
+    has = contains(3)(Y)
+    assert float(pb[has].sum()) > float(p[has].sum())
+    s1 = boosted.sample(50, torch.Generator().manual_seed(0))
+    s2 = boosted.sample(50, torch.Generator().manual_seed(0))
+    assert torch.equal(s1, s2) and s1.shape == (50, 3) and int(s1.max()) < 4
+    with pytest.raises(ValueError, match="positive"):
+        TokenBoost(3, 0.0)
+
+
+def test_estimators_cover_exact_values(toy):
+    a, Y, b, ok, la = toy
+    q = logit_boost(a, 4.0)
+    gen = torch.Generator().manual_seed(0)
+    Xa, Xq = a.sample(40_000, gen), q.sample(10_000, gen)
+    oa, oq = b(Xa), b(Xq)
+    with torch.no_grad():
+        est = estimate_report(oa, oq, a.log_prob(Xa[oa]), q.log_prob(Xa[oa]), a.log_prob(Xq[oq]), q.log_prob(Xq[oq]))
+        ex = exact_report(la, q.log_prob(Y), ok)
+    for k, v in est.items():
+        assert v["lo"] - 0.02 <= ex[k] <= v["hi"] + 0.02, (k, v, ex[k])
+    with pytest.raises(ValueError, match="non-empty"):
+        estimate_report(oa[:0], oq, la[:1], la[:1], la[:1], la[:1])
+
+
+def test_bad_inputs():
+    with pytest.raises(ValueError, match="shape"):
+        TabularLM(torch.zeros(3, 4, 2, 4), 0)
+    with pytest.raises(ValueError, match="target"):
+        TabularLM(torch.zeros(3, 5, 2, 4), 7)
+    a = toy_base(V=4, T=3, seed=0)
+    with pytest.raises(ValueError, match="shape"):
+        a.log_prob(torch.zeros(5, 2, dtype=torch.long))
+    with pytest.raises(ValueError, match="token ids"):
+        a.log_prob(torch.full((2, 3), 9))
+    with pytest.raises(ValueError, match="p_target"):
+        toy_base(p_target=1.5)
+    with pytest.raises(ValueError, match="enumeration"):
+        all_sequences(50, 6)
+
+
+def test_tiny_experiment_run():
+    out = experiment.run(experiment.Config.preset("tiny"))
+    ids = [c["id"] for c in out["claims"]]
+    assert ids == ["C1-guarantee", "C2-dpg", "C2b-warm-start", "C3-position"]
+    assert all(c["verdict"] in ("reproduced", "partial", "not_reproduced") for c in out["claims"])
+    assert sum(g["violations"] for g in out["a"]["guard"] + out["b"]["guard"]) == 0
