@@ -1,0 +1,121 @@
+"""Tests of iclr25_repro.freqprior: filters, FreeInit's covariance, FreqPrior's exact N(0, I), odd sizes, special
+cases, the sampler's call counts, batch and device independence, bad inputs, and a tiny experiment run."""
+import math
+
+import pytest
+import torch
+
+from iclr25_repro.freqprior import experiment
+from iclr25_repro.freqprior.noise import (VideoDiffusionSampler, butterworth_filter, check_shape, freeinit_mix,
+                                          freqprior_refine, gaussian_filter, is_symmetric, make_filter, pyoco_mixed,
+                                          pyoco_progressive)
+
+
+def _cov_of_refine(shape, r, kind="butterworth"):
+    return experiment.explicit_cov_error(shape, kind, r)
+
+
+@pytest.mark.parametrize("shape", [(4, 6, 6), (2, 4, 8)])
+@pytest.mark.parametrize("r", [0.0, 0.8, 1.0])
+def test_freqprior_covariance_is_identity_for_even_sizes(shape, r):
+    assert _cov_of_refine(shape, r) < 1e-12
+    assert _cov_of_refine(shape, r, "gaussian") < 1e-12
+
+
+def test_odd_sizes_have_a_small_nonzero_error():
+    err = _cov_of_refine((3, 5, 5), 0.8)
+    assert 1e-8 < err < 1.0
+    assert not is_symmetric(butterworth_filter((3, 5, 5))) and is_symmetric(butterworth_filter((4, 6, 6)))
+
+
+def test_refined_noise_has_unit_variance_and_flat_spectrum():
+    g = torch.Generator().manual_seed(0)
+    L = butterworth_filter((8, 16, 16))
+    z = torch.randn(2048, 8, 16, 16, generator=g, dtype=torch.float64)
+    n = freqprior_refine(z, L, 0.8, g)
+    power = (torch.fft.fftn(n, dim=(-3, -2, -1), norm="ortho").abs() ** 2).mean(0)
+    assert abs(float(n.var()) - 1) < 0.01
+    trans = (L >= 0.1) & (L < 0.9)
+    assert abs(float(power[trans].mean()) - 1) < 0.03
+    fi = freeinit_mix(z, torch.randn(z.shape, generator=g, dtype=torch.float64), L)
+    p_fi = (torch.fft.fftn(fi, dim=(-3, -2, -1), norm="ortho").abs() ** 2).mean(0)
+    assert abs(float(p_fi[trans].mean()) - float((L**2 + (1 - L) ** 2)[trans].mean())) < 0.03
+
+
+def test_filters_and_special_cases():
+    L = butterworth_filter((4, 8, 8))
+    assert float(L[0, 0, 0]) == 1.0 and float(L.min()) >= 0 and float(L.max()) <= 1
+    assert float(gaussian_filter((4, 8, 8))[0, 0, 0]) == 1.0
+    g = torch.Generator().manual_seed(1)
+    z = torch.randn(3, 4, 8, 8, generator=g, dtype=torch.float64)
+    fresh = tuple(torch.randn(z.shape, generator=g, dtype=torch.float64) for _ in range(4))
+    assert torch.allclose(freqprior_refine(z, torch.ones_like(L), 1.0, fresh=fresh), z, atol=1e-12)
+    assert torch.allclose(freqprior_refine(z, torch.zeros_like(L), 0.5, fresh=fresh),
+                          (fresh[2] + fresh[3]) / math.sqrt(2), atol=1e-12)
+    assert torch.allclose(freeinit_mix(z, fresh[0], torch.ones_like(L)), z, atol=1e-12)
+
+
+def test_pyoco_noises_have_unit_variance_and_frame_correlation():
+    g = torch.Generator().manual_seed(2)
+    m = pyoco_mixed((4, 8, 8), 1.0, (20000,), g)
+    p = pyoco_progressive((4, 8, 8), 1.0, (20000,), g)
+    assert abs(float(m.var()) - 1) < 0.02 and abs(float(p.var()) - 1) < 0.02
+    corr = float((m[:, 0] * m[:, 1]).mean())
+    assert abs(corr - 0.5) < 0.02
+
+
+def test_batch_independence():
+    g = torch.Generator().manual_seed(3)
+    L = butterworth_filter((4, 8, 8))
+    z = torch.randn(5, 2, 4, 8, 8, generator=g, dtype=torch.float64)
+    fresh = tuple(torch.randn(z.shape, generator=g, dtype=torch.float64) for _ in range(4))
+    full = freqprior_refine(z, L, 0.8, fresh=fresh)
+    one = freqprior_refine(z[2, 1], L, 0.8, fresh=tuple(f[2, 1] for f in fresh))
+    assert torch.allclose(full[2, 1], one, atol=1e-12)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+def test_cuda_matches_cpu():
+    L = butterworth_filter((4, 8, 8))
+    g = torch.Generator().manual_seed(0)
+    z = torch.randn(2, 4, 8, 8, generator=g, dtype=torch.float64)
+    fresh = tuple(torch.randn(z.shape, generator=g, dtype=torch.float64) for _ in range(4))
+    gpu = freqprior_refine(z.cuda(), L, 0.8, fresh=tuple(f.cuda() for f in fresh)).cpu()
+    assert torch.allclose(gpu, freqprior_refine(z, L, 0.8, fresh=fresh), atol=1e-10)
+
+
+@pytest.mark.parametrize("iters", [1, 2, 3, 5])
+def test_model_call_counts(iters):
+    s = VideoDiffusionSampler(lambda x, t: torch.zeros_like(x))
+    noise = torch.randn(1, 4, 8, 8, dtype=torch.float64)
+    for m in ("gaussian", "freeinit", "freqprior"):
+        res = s.sample(noise, m, iters=iters, generator=torch.Generator().manual_seed(0))
+        assert res.calls == s.expected_calls(m, iters)
+    assert s.expected_calls("freqprior", 3) == 57 and s.expected_calls("freeinit", 3) == 75
+
+
+def test_bad_inputs():
+    with pytest.raises(ValueError, match="shape"):
+        check_shape((4, 8))
+    with pytest.raises(ValueError, match="cutoffs"):
+        butterworth_filter((4, 8, 8), d_s=0.0)
+    with pytest.raises(ValueError, match="kind"):
+        make_filter("box", (4, 8, 8))
+    L = butterworth_filter((4, 8, 8))
+    with pytest.raises(ValueError, match="r must be"):
+        freqprior_refine(torch.zeros(4, 8, 8), L, r=1.5)
+    with pytest.raises(ValueError, match="match the filter"):
+        freqprior_refine(torch.zeros(4, 8, 9), L)
+    s = VideoDiffusionSampler(lambda x, t: torch.zeros_like(x))
+    with pytest.raises(ValueError, match="mid_step"):
+        s.sample(torch.zeros(4, 8, 8), "freqprior", mid_step=300)
+    with pytest.raises(ValueError, match="method"):
+        s.sample(torch.zeros(4, 8, 8), "ddpm")
+
+
+def test_tiny_experiment_run_and_determinism():
+    cfg = experiment.Config.preset("tiny")
+    a, b = experiment.run(cfg), experiment.run(cfg)
+    assert [c["id"] for c in a["claims"]] == ["C1-variance", "C2-spectrum", "C3-cost"]
+    assert a["claims"] == b["claims"]
+    assert all(c["verdict"] in ("reproduced", "partial", "not_reproduced") for c in a["claims"])
