@@ -119,3 +119,19 @@ def test_tiny_experiment_run_and_determinism():
     assert [c["id"] for c in a["claims"]] == ["C1-variance", "C2-spectrum", "C3-cost"]
     assert a["claims"] == b["claims"]
     assert all(c["verdict"] in ("reproduced", "partial", "not_reproduced") for c in a["claims"])
+
+
+def test_sprite_videos_and_tiny_model():
+    g = torch.Generator().manual_seed(0)
+    v = experiment.sprite_videos(6, gen=g)
+    assert v.shape == (6, 1, 8, 16, 16)
+    moving = (v == 2.5)
+    assert moving.sum(dim=(-2, -1)).min() == 9                     # one 3x3 sprite in every frame
+    first = moving[:, 0, 0].float().nonzero()[:, 1:].float().mean()
+    last = moving[:, 0, -1].float().nonzero()[:, 1:].float().mean()
+    assert not torch.isclose(first, last)                          # it moves
+    bg = torch.where(moving, torch.nan, v)
+    assert torch.nanmean((bg - bg.nanmean(dim=2, keepdim=True)).abs()) < 1e-6   # the background is static
+    m = experiment.TinyVideoEps(4)
+    out = m(torch.randn(2, 1, 8, 16, 16, dtype=torch.float64), torch.tensor([10, 900]))
+    assert out.shape == (2, 1, 8, 16, 16) and out.dtype == torch.float64
