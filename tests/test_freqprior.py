@@ -116,7 +116,7 @@ def test_bad_inputs():
 def test_tiny_experiment_run_and_determinism():
     cfg = experiment.Config.preset("tiny")
     a, b = experiment.run(cfg), experiment.run(cfg)
-    assert [c["id"] for c in a["claims"]] == ["C1-variance", "C2-spectrum", "C3-cost"]
+    assert [c["id"] for c in a["claims"]] == ["C1-variance", "C2-spectrum", "C3-cost", "C4-learned"]
     assert a["claims"] == b["claims"]
     assert all(c["verdict"] in ("reproduced", "partial", "not_reproduced") for c in a["claims"])
 
