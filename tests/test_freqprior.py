@@ -135,3 +135,61 @@ def test_sprite_videos_and_tiny_model():
     m = experiment.TinyVideoEps(4)
     out = m(torch.randn(2, 1, 8, 16, 16, dtype=torch.float64), torch.tensor([10, 900]))
     assert out.shape == (2, 1, 8, 16, 16) and out.dtype == torch.float64
+
+
+def test_freeinit_matches_diffusers_freeinit_mixin():
+    from diffusers.pipelines.free_init_utils import FreeInitMixin
+    g = torch.Generator().manual_seed(4)
+    for shape in [(4, 8, 8), (3, 7, 7)]:
+        L = butterworth_filter(shape)
+        z = torch.randn(2, 1, *shape, generator=g)
+        eta = torch.randn(z.shape, generator=g)
+        ref = FreeInitMixin()._apply_freq_filter(z, eta, torch.fft.fftshift(L).float())
+        assert torch.allclose(freeinit_mix(z, eta, L), ref, atol=1e-5)
+
+
+def test_sampler_replays_the_freqprior_loop():
+    A = torch.tensor(0.3, dtype=torch.float64)
+    model = lambda x, t: A * x * (t / 1000.0)                      # a non-trivial linear stand-in
+    s = VideoDiffusionSampler(model)
+    g1, g2 = torch.Generator().manual_seed(0), torch.Generator().manual_seed(0)
+    noise = torch.randn(1, 4, 8, 8, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    out = s.sample(noise, "freqprior", iters=2, generator=g1)
+    # by hand: 16 steps, stop at 321 before calling the model, re-diffuse with the original noise, refine, full pass
+    x = noise
+    for t in s.timesteps[:16]:
+        x = s.scheduler.step(model(x, t), t, x, eta=0.0).prev_sample
+    acp = s.scheduler.alphas_cumprod.double()
+    sc = acp[999] / acp[321]
+    z = sc.sqrt() * x + (1 - sc).sqrt() * noise
+    x = freqprior_refine(z, butterworth_filter((4, 8, 8)), 0.8, g2)
+    for t in s.timesteps:
+        x = s.scheduler.step(model(x, t), t, x, eta=0.0).prev_sample
+    assert torch.allclose(out.x0, x, atol=1e-12) and out.calls == 16 + 25
+    again = s.sample(noise, "freqprior", iters=2, generator=torch.Generator().manual_seed(0))
+    assert torch.equal(again.x0, out.x0)                          # deterministic for a fixed generator
+
+
+def test_gaussian_prior_denoiser_is_the_posterior_mean():
+    prior = experiment.GaussianVideoPrior((4, 8, 8), k0=0.1)
+    prior.acp = VideoDiffusionSampler(lambda x, t: x).acp
+    g = torch.Generator().manual_seed(0)
+    x0 = prior.sample(20000, g)
+    eps = torch.randn(x0.shape, generator=g, dtype=torch.float64)
+    a = prior.acp[500].double()
+    xt = a.sqrt() * x0 + (1 - a).sqrt() * eps
+    pred = prior(xt, 500)
+    # the optimal predictor's residual is uncorrelated with x_t (orthogonality of the conditional mean)
+    assert abs(float(((eps - pred) * xt).mean())) < 0.01
+    assert float(((eps - pred) ** 2).mean()) < float(((eps - 0 * pred) ** 2).mean())
+
+
+def test_more_bad_inputs():
+    s = VideoDiffusionSampler(lambda x, t: torch.zeros_like(x))
+    with pytest.raises(ValueError, match="iters"):
+        s.sample(torch.zeros(4, 8, 8), "freeinit", iters=0)
+    L = butterworth_filter((4, 8, 8))
+    with pytest.raises(ValueError, match="shape of z"):
+        freeinit_mix(torch.zeros(2, 4, 8, 8), torch.zeros(3, 4, 8, 8), L)
+    with pytest.raises(ValueError, match="order n"):
+        butterworth_filter((4, 8, 8), n=0)
