@@ -1,0 +1,420 @@
+"""Tests of iclr25_repro.routellm: the metrics (PGR, APGR, CPT, the optimal router), Bradley-Terry against
+scikit-learn and on known strengths, tiers, every router's interface and invariants, the encoder against
+sentence-transformers, the world generator, bad inputs, determinism, and a tiny run of the experiment."""
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from iclr25_repro.routellm import experiment
+from iclr25_repro.routellm.model import (A_WINS, B_WINS, TIE, BertRouter, MFModel, MFRouter, Preferences, RandomRouter,
+                                         SWRankingRouter, TextEncoder, apgr, arena_battles, arena_elo, bradley_terry,
+                                         calibrate_threshold, class_battles, compute_tiers, cpt, elo, evaluate_router,
+                                         make_queries, make_world, optimal_curve, pgr, route_curve, win_matrices,
+                                         ARENA_MIX, TOPICS)
+
+
+# ---------------------------------------------------------------- metrics
+
+def test_pgr_and_cpt_on_hand_made_curve():
+    S, W = np.array([1, 1, 1, 1.0]), np.array([1, 1, 0, 0.0])
+    assert pgr(W.mean(), S, W) == 0 and pgr(S.mean(), S, W) == 1
+    share, perf = np.array([0, 0.25, 0.5, 1.0]), np.array([0.5, 0.75, 1.0, 1.0])
+    assert cpt(share, perf, S, W, 0.5) == pytest.approx(0.25)
+    assert cpt(share, perf, S, W, 0.75) == pytest.approx(0.375)
+    # APGR = area under PGR: 0.25*0.25 + 0.25*0.75 + 0.5*1
+    assert apgr(share, perf, S, W) == pytest.approx(0.25 * 0.25 + 0.25 * 0.75 + 0.5)
+
+
+def test_route_curve_runs_from_all_weak_to_all_strong_and_is_monotone_in_threshold():
+    rng = np.random.default_rng(0)
+    S, W = rng.uniform(5, 10, 100), rng.uniform(1, 6, 100)
+    share, perf = route_curve(rng.uniform(size=100), S, W)
+    assert share[0] == 0 and share[-1] == 1 and np.all(np.diff(share) >= 0)
+    assert perf[0] == pytest.approx(W.mean()) and perf[-1] == pytest.approx(S.mean())
+
+
+def test_random_router_apgr_is_one_half_in_expectation():
+    rng = np.random.default_rng(1)
+    S, W = rng.integers(3, 11, 300).astype(float), rng.integers(1, 9, 300).astype(float)
+    rr = RandomRouter(seed=5)
+    vals = np.array([evaluate_router(rr.strong_win_rate(np.zeros((300, 2))), S, W)["apgr"] for _ in range(400)])
+    assert abs(vals.mean() - 0.5) < 4 * vals.std(ddof=1) / math.sqrt(len(vals))
+
+
+def test_optimal_router_is_the_ceiling_and_matches_brute_force():
+    rng = np.random.default_rng(2)
+    W = rng.integers(0, 2, 8).astype(float)
+    S = np.maximum(W, rng.integers(0, 2, 8)).astype(float)
+    S[0], W[0] = 1.0, 0.0
+    shares = np.arange(9) / 8
+    _, opt = optimal_curve(S, W, shares)
+    import itertools
+    best = np.full(9, -np.inf)
+    for m in itertools.product([0, 1], repeat=8):
+        m = np.array(m, bool)
+        best[m.sum()] = max(best[m.sum()], np.where(m, S, W).mean())
+    assert np.allclose(np.maximum.accumulate(best), opt)
+    o = apgr(*optimal_curve(S, W, shares), S, W)  # exact area: the optimal curve is linear between k/n
+    for k in range(50):
+        assert evaluate_router(rng.uniform(size=8), S, W)["apgr"] <= o + 1e-12
+    # the official 0/1 formula: weak correct + min(budget, #(weak wrong and strong right))
+    gains = np.sum((W == 0) & (S == 1))
+    for s in shares:
+        assert optimal_curve(S, W, [s])[1][0] == pytest.approx((W.sum() + min(s * 8, gains)) / 8)
+
+
+def test_calibrated_threshold_gives_the_target_share():
+    ref = np.zeros((500, 3))
+    for p in (0.1, 0.5, 0.9):
+        a = calibrate_threshold(RandomRouter(seed=4), ref, p)
+        assert abs((RandomRouter(seed=4).strong_win_rate(ref) >= a).mean() - p) <= 1 / 500
+
+
+def test_metrics_equal_a_transcription_of_the_official_evaluation():
+    "The official sweep: pd.qcut bin edges, >= at each edge but the last, trapezoid APGR, np.interp CPT."
+    pd = pytest.importorskip("pandas")
+    rng = np.random.default_rng(11)
+    for _ in range(5):
+        n = 300
+        scores, S, W = rng.uniform(size=n), rng.integers(2, 11, n).astype(float), rng.integers(1, 9, n).astype(float)
+        _, edges = pd.qcut(scores, 10, retbins=True)
+        pts = []
+        for i, a in enumerate(edges):
+            sel = scores >= a if i != len(edges) - 1 else scores > a
+            pts.append((sel.mean() * 100, np.where(sel, S, W).mean()))
+        pts.sort()
+        x, y = np.array([p[0] for p in pts]), np.array([p[1] for p in pts])
+        auc = np.trapezoid(y, x / 100)
+        wa, sa = np.trapezoid(np.full_like(x, W.mean()), x / 100), np.trapezoid(np.full_like(x, S.mean()), x / 100)
+        official_apgr = (auc - wa) / (sa - wa)
+        official_cpt50 = np.interp(0.5 * (S.mean() - W.mean()) + W.mean(), y, x) / 100
+        ours = evaluate_router(scores, S, W)
+        assert ours["apgr"] == pytest.approx(official_apgr, abs=1e-12)
+        assert ours["cpt50"] == pytest.approx(official_cpt50, abs=1e-12)
+
+
+def test_metric_bad_inputs():
+    with pytest.raises(ValueError, match="equal-length"):
+        pgr(0.5, np.ones(3), np.ones(2))
+    with pytest.raises(ValueError, match="strong model must score higher"):
+        apgr([0, 1], [0, 1], np.zeros(3), np.ones(3))
+    with pytest.raises(ValueError, match="x must lie"):
+        cpt([0, 1], [0, 1], np.ones(2), np.zeros(2), 1.5)
+    with pytest.raises(ValueError, match="one entry per query"):
+        route_curve(np.ones(2), np.ones(3), np.zeros(3))
+    with pytest.raises(ValueError, match="n_bins"):
+        route_curve(np.ones(3), np.ones(3), np.zeros(3), n_bins=0)
+    with pytest.raises(ValueError, match="finite"):
+        route_curve(np.array([0.1, np.nan, 0.3]), np.ones(3), np.zeros(3))
+    with pytest.raises(ValueError, match="shares"):
+        optimal_curve(np.ones(3), np.zeros(3), [-0.5, 1.5])
+    with pytest.raises(ValueError, match="empty"):
+        calibrate_threshold(RandomRouter(), np.zeros((0, 2)), 0.5)
+
+
+# ---------------------------------------------------------------- Bradley-Terry and tiers
+
+def _prefs(n, M=4, seed=0, ties=True):
+    rng = np.random.default_rng(seed)
+    a = rng.integers(M, size=n)
+    b = (a + rng.integers(1, M, size=n)) % M
+    y = rng.choice([A_WINS, TIE, B_WINS] if ties else [A_WINS, B_WINS], n)
+    return Preferences(rng.normal(size=(n, 6)), a, b, y, tuple(f"m{i}" for i in range(M)))
+
+
+def test_bradley_terry_equals_sklearn_weighted_logistic_regression():
+    from sklearn.linear_model import LogisticRegression
+    p = _prefs(400, seed=3)
+    w = np.random.default_rng(3).uniform(10, 100, len(p))
+    ours = elo(bradley_terry(win_matrices(p, w)))[0].numpy()
+    n = len(p)
+    X = np.zeros((2 * n, 4))
+    X[np.arange(2 * n), np.tile(p.model_a, 2)] = math.log(10)
+    X[np.arange(2 * n), np.tile(p.model_b, 2)] = -math.log(10)
+    Y = np.concatenate([p.outcome >= 0.5, p.outcome == 1.0]).astype(float)
+    ref = 400 * LogisticRegression(fit_intercept=False, C=np.inf, tol=1e-10, max_iter=2000).fit(
+        X, Y, sample_weight=np.tile(w, 2)).coef_[0]
+    assert np.allclose(ours - ours[0], ref - ref[0], atol=1e-3)
+
+
+def test_bradley_terry_recovers_known_strengths():
+    rng = np.random.default_rng(4)
+    xi = np.array([1.0, 0.5, 0.0, -0.7])
+    n = 30_000
+    a = rng.integers(4, size=n)
+    b = (a + rng.integers(1, 4, size=n)) % 4
+    y = np.where(rng.uniform(size=n) < 1 / (1 + np.exp(-(xi[a] - xi[b]))), A_WINS, B_WINS)
+    est = bradley_terry(win_matrices(Preferences(np.zeros((n, 1)), a, b, y, ("a", "b", "c", "d"))))[0].numpy()
+    assert np.abs((est - est.mean()) - (xi - xi.mean())).max() < 0.08
+
+
+def test_batched_fit_equals_one_by_one():
+    p = _prefs(300, seed=5)
+    W = np.random.default_rng(5).uniform(10, 100, (3, len(p)))
+    batched = bradley_terry(win_matrices(p, W))
+    for i in range(3):
+        assert torch.allclose(batched[i], bradley_terry(win_matrices(p, W[i]))[0], atol=1e-9)
+
+
+@pytest.mark.parametrize("seed", [6, 7, 8])
+def test_tiers_minimise_the_sum_of_tier_variances(seed):
+    r = np.random.default_rng(seed).normal(1000, 100, 9)
+    t = compute_tiers(r, 3)
+    assert set(t) == {0, 1, 2} and r[t == 0].min() > r[t == 1].max() and r[t == 1].min() > r[t == 2].max()
+    # brute force over all contiguous splits of the sorted ratings, with the official objective (sum of np.var)
+    s = np.sort(r)[::-1]
+    best = min(np.var(s[:i]) + np.var(s[i:j]) + np.var(s[j:]) for i in range(1, 8) for j in range(i + 1, 9))
+    assert sum(np.var(r[t == k]) for k in range(3)) == pytest.approx(best)
+    with pytest.raises(ValueError, match="n_tiers"):
+        compute_tiers(r, 10)
+
+
+# ---------------------------------------------------------------- routers
+
+@pytest.fixture(scope="module")
+def world_prefs():
+    rng = np.random.default_rng(7)
+    w = make_world(10, rng)
+    q = make_queries(ARENA_MIX, 200, rng)
+    pid, a, b, y = arena_battles(w, q, 6, rng)
+    # embeddings: topic one-hot plus level, so routers can learn difficulty without the encoder
+    E = np.concatenate([np.eye(len(TOPICS))[q["topic"]], q["level"][:, None] / 3.0, np.ones((200, 1))], 1)
+    return w, Preferences(E[pid], a, b, y, w.names, prompt_id=pid), E
+
+
+@pytest.mark.parametrize("make", [lambda: SWRankingRouter(n_tiers=4), lambda: MFRouter(dim=8, epochs=2, seed=0),
+                                  lambda: BertRouter(n_tiers=4, epochs=30)])
+def test_router_interface(world_prefs, make):
+    w, pref, E = world_prefs
+    r = make().fit(pref, w.names[0], w.names[6])
+    p = r.strong_win_rate(E[:20])
+    assert p.shape == (20,) and np.all((p >= 0) & (p <= 1))
+    lo, hi = r.route(E[:20], 0.2), r.route(E[:20], 0.8)
+    assert np.all(hi <= lo)  # a higher threshold never sends more queries to the strong model
+    with pytest.raises(ValueError, match="threshold"):
+        r.route(E[:2], 1.5)
+    with pytest.raises(ValueError, match="unknown model"):
+        make().fit(pref, "gpt-4", w.names[1])
+    with pytest.raises(ValueError, match="no encoder"):
+        r.strong_win_rate(["a text"])
+
+
+def test_mf_router_is_antisymmetric_and_linear_in_the_embedding():
+    torch.manual_seed(0)
+    mf = MFModel(4, 6, 5)
+    q = torch.randn(7, 6)
+    with torch.no_grad():
+        d = lambda m: mf(torch.full((7,), m), q)
+        assert torch.allclose(torch.sigmoid(d(1) - d(2)) + torch.sigmoid(d(2) - d(1)), torch.ones(7))
+        v = torch.nn.functional.normalize(mf.P.weight, dim=1)
+        u = mf.proj.weight.T @ (mf.head.weight[0] * (v[1] - v[2]))
+        assert torch.allclose(d(1) - d(2), q @ u, atol=1e-5)
+
+
+def test_sw_router_reads_local_win_rates():
+    rng = np.random.default_rng(8)
+    n = 2000
+    c = rng.integers(2, size=n)
+    X = np.where(c[:, None] == 0, [1.0, 0.1], [0.1, 1.0])
+    y = np.where(rng.uniform(size=n) < np.where(c == 0, 0.9, 0.2), A_WINS, B_WINS)
+    r = SWRankingRouter(n_tiers=2).fit(Preferences(X, np.zeros(n, int), np.ones(n, int), y, ("s", "w")), "s", "w")
+    p = r.strong_win_rate(np.array([[1.0, 0.1], [0.1, 1.0]]))
+    assert p[0] > 0.7 and p[1] < 0.4
+    assert torch.allclose(r.weights(torch.tensor([[1.0, 0.0]])), torch.tensor([[100.0, 10.0]]))
+
+
+def test_class_battles_labels():
+    p = Preferences(np.zeros((4, 1)), [0, 2, 0, 1], [2, 0, 1, 2], [A_WINS, A_WINS, TIE, B_WINS], ("s", "x", "w"))
+    idx, lab = class_battles(p, [0], [2])
+    assert idx.tolist() == [0, 1] and lab.tolist() == [0, 2]  # s beat w; w beat s
+
+
+def test_preferences_bad_inputs():
+    with pytest.raises(ValueError, match="empty"):
+        Preferences(np.zeros((0, 2)), [], [], [], ("a", "b"))
+    with pytest.raises(ValueError, match="outcome"):
+        Preferences(np.zeros((1, 2)), [0], [1], [0.3], ("a", "b"))
+    with pytest.raises(ValueError, match="outside"):
+        Preferences(np.zeros((1, 2)), [0], [5], [1.0], ("a", "b"))
+    with pytest.raises(ValueError, match="shape"):
+        Preferences(np.zeros((2, 2)), [0], [1], [1.0], ("a", "b"))
+    p = Preferences(np.zeros((1, 2)), [0], [1], [1.0], ("a", "b"))
+    with pytest.raises(ValueError, match="different model lists"):
+        p + Preferences(np.zeros((1, 2)), [0], [1], [1.0], ("a", "c"))
+    with pytest.raises(ValueError, match="different models"):
+        SWRankingRouter().fit(p, "a", "a")
+    with pytest.raises(ValueError, match="queries"):
+        SWRankingRouter().fit(p, "a", "b").strong_win_rate([])
+    with pytest.raises(ValueError, match="not fitted"):
+        MFRouter().strong_win_rate(np.zeros((2, 2)))
+    with pytest.raises(ValueError, match="batch_size"):
+        MFRouter(batch_size=0)
+    with pytest.raises(ValueError, match="epochs"):
+        BertRouter(epochs=0)
+
+
+# ---------------------------------------------------------------- encoder and world
+
+def test_encoder_matches_sentence_transformers_and_orders_similarity():
+    enc = TextEncoder()
+    texts = ["How do I reverse a list in Python?", "What is the way to reverse a Python list?",
+             "Compose a sonnet about the sea.", "hi"]
+    E = enc(texts)
+    assert E.shape == (4, 384) and np.allclose(np.linalg.norm(E, axis=1), 1, atol=1e-5)
+    assert E[0] @ E[1] > E[0] @ E[2]
+    st = pytest.importorskip("sentence_transformers")
+    from iclr25_repro.routellm.model import minilm_path
+    ref = st.SentenceTransformer(str(minilm_path()), device="cpu").encode(texts, normalize_embeddings=True)
+    assert np.allclose(E, ref, atol=1e-5)
+    with pytest.raises(ValueError, match="empty"):
+        enc([])
+
+
+def test_world_generator():
+    rng = np.random.default_rng(9)
+    q = make_queries({"law": 1, "coding": 1}, 200, rng, "test")
+    assert set(q["topic"]) <= {TOPICS.index("law"), TOPICS.index("coding")}
+    assert np.all((q["d"] >= q["level"] / 4) & (q["d"] < (q["level"] + 1) / 4))
+    tr = make_queries({"law": 1}, 200, rng, "train")["text"]
+    te = make_queries({"law": 1}, 200, rng, "test")["text"]
+    from iclr25_repro.routellm.model import _SUBJECTS
+    subjects = [x for level in _SUBJECTS["law"] for x in level]
+    used = lambda texts: {x for t in texts for x in subjects if x.lower() in t.lower()}
+    assert used(tr) and used(te) and not used(tr) & used(te)  # train and test subjects are disjoint
+    w = make_world(12, rng)
+    p = w.quality(q)
+    assert p.shape == (12, 200) and np.all((p > 0) & (p < 1))
+    assert w.quality(q, [w.names[0]]).mean() > w.quality(q, [w.names[-1]]).mean()
+    with pytest.raises(ValueError, match="unknown topics"):
+        make_queries({"cooking": 1}, 3, rng)
+    with pytest.raises(ValueError, match="n_models"):
+        make_world(3, rng)
+
+
+# ---------------------------------------------------------------- experiment
+
+@pytest.fixture(scope="module")
+def tiny_run():
+    cfg = experiment.Config.preset("tiny")
+    return cfg, experiment.run(cfg)
+
+
+def test_tiny_run_has_claims_and_valid_numbers(tiny_run):
+    cfg, out = tiny_run
+    assert [c["id"].split("-")[0] for c in out["claims"]] == ["C1", "C2", "C3", "C4"]
+    for c in out["claims"]:
+        assert c["verdict"] in ("reproduced", "partial", "not_reproduced")
+    for key, v in out["summary"].items():
+        assert math.isfinite(v["apgr"]), key
+    assert set(out["throughput"]) == {"encoder only", "SW ranking", "MF", "BERT"}
+
+
+def test_tiny_run_is_deterministic(tiny_run):
+    cfg, out = tiny_run
+    again = experiment.run(cfg)
+    a = {k: v["apgr"] for k, v in out["summary"].items()}
+    b = {k: v["apgr"] for k, v in again["summary"].items()}
+    assert a.keys() == b.keys() and all(abs(a[k] - b[k]) < 1e-9 for k in a)
+
+
+def test_config_rejects_too_few_tiers():
+    with pytest.raises(ValueError, match="n_tiers"):
+        experiment.run(experiment.Config.preset("tiny", n_tiers=3))
+
+
+def test_bert_router_fine_tunes_the_encoder_and_then_needs_texts():
+    rng = np.random.default_rng(12)
+    texts = [f"Question {i}: {'prove a hard theorem' if i % 2 else 'say hello'}" for i in range(24)]
+    enc = TextEncoder()
+    y = np.where(np.arange(24) % 2 == 1, A_WINS, B_WINS)
+    p = Preferences(enc(texts), np.zeros(24, int), np.ones(24, int), y, ("s", "w"))
+    r = BertRouter(encoder=enc, n_tiers=2, finetune_steps=2, finetune_batch=4, finetune_lr=1e-4).fit(p, "s", "w",
+                                                                                                     texts=texts)
+    out = r.strong_win_rate(texts[:4])
+    assert out.shape == (4,) and np.all((out > 0) & (out < 1))
+    with pytest.raises(ValueError, match="pass texts"):
+        r.strong_win_rate(p.X[:4])
+    with pytest.raises(ValueError, match="texts=..."):
+        BertRouter(encoder=enc, n_tiers=2, finetune_steps=1).fit(p, "s", "w")
+
+
+# ---------------------------------------------------------------- experiment pieces
+
+def test_gold_and_judge_labels():
+    assert experiment.gold_labels(np.array([1, 0, 1, 0.]), np.array([0, 1, 1, 0.])).tolist() == [A_WINS, B_WINS, TIE, TIE]
+    rng = np.random.default_rng(13)
+    y = rng.choice([A_WINS, TIE, B_WINS], 20_000)
+    j = experiment.judge_labels(y, 0.1, rng)
+    assert abs((j != y).mean() - 0.1) < 0.01
+    assert np.array_equal(experiment.judge_labels(y, 0.0, rng), y)
+    assert np.all(experiment.judge_labels(y, 1.0, rng) != y)
+    with pytest.raises(ValueError, match="judge error"):
+        experiment.judge_labels(y, 1.5, rng)
+
+
+def test_routed_pairs_pick_dominated_weak_models():
+    rng = np.random.default_rng(14)
+    w = make_world(16, rng)
+    q = make_queries(ARENA_MIX, 300, rng)
+    pid, a, b, y = arena_battles(w, q, 10, rng)
+    pref = Preferences(np.zeros((len(pid), 1)), a, b, y, w.names)
+    pairs = experiment.routed_pairs(w, pref, 5)
+    for key, tier in (("routed", 2), ("transfer", 3)):
+        s, wk = (w.names.index(m) for m in pairs[key])
+        assert (w.skills[s] > w.skills[wk]).all() and pairs["tiers"][wk] >= tier
+    assert pairs["routed"][0] == w.names[int(np.argmax(pairs["ratings"]))]
+    with pytest.raises(ValueError, match="n_tiers"):
+        experiment.routed_pairs(w, pref, 3)
+
+
+def test_decontamination_with_a_fake_encoder():
+    texts = {k: {"text": [f"{k} {i}" for i in range(4)], "topic": np.zeros(4, int), "level": np.zeros(4, int),
+                 "d": np.zeros(4)} for k in ("arena", "gold", "judge", "chat", "knowledge", "arithmetic")}
+    near = {"arena 0": [1, 0, 0], "chat 0": [1, 0, 0], "chat 1": [0.96, 0.28, 0]}  # chat 0, 1: copies of arena 0
+
+    def enc(ts):
+        bench = ("chat", "knowledge", "arithmetic")
+        return np.array([near[t] if t in near else [0, 1, 0] if t.startswith(bench) else [0, 0, 1] for t in ts], float)
+
+    t2, emb, stats = experiment.embed_and_decontaminate(texts, enc, 0.95)
+    assert (stats["chat"]["kept"], stats["chat"]["total"]) == (2, 4) and stats["knowledge"]["kept"] == 4
+    assert t2["chat"]["text"] == ["chat 2", "chat 3"] and len(emb["chat"]) == 2
+
+
+def test_make_claims_verdicts_at_the_boundaries():
+    def summary(chat, rnd_sd, knowledge, arithmetic, transfer):
+        s = {}
+        for b, vals in (("chat", chat), ("transfer", transfer)):
+            s[f"{b}|-|random"] = {"apgr": 0.5, "apgr_sd": rnd_sd}
+            for r, v in zip(experiment.ROUTERS, vals):
+                s[f"{b}|arena+judge|{r}"] = {"apgr": v, "cpt50": 0.3}
+        for b, aug, (base, up) in (("knowledge", "arena+gold", knowledge), ("arithmetic", "arena+judge", arithmetic)):
+            s[f"{b}|-|random"] = {"apgr": 0.5, "apgr_sd": rnd_sd}
+            for r in experiment.ROUTERS:
+                s[f"{b}|arena|{r}"], s[f"{b}|{aug}|{r}"] = {"apgr": base}, {"apgr": up}
+        return s
+    fast = {"encoder only": 60, "SW ranking": 5, "MF": 50, "BERT": 40}
+    v = lambda s, sp=fast: [c["verdict"] for c in experiment.make_claims(s, sp)]
+    assert v(summary((0.61, 0.61, 0.61), 0.03, (0.5, 0.56), (0.5, 0.56), (0.61, 0.61, 0.61))) == ["reproduced"] * 4
+    # C1/C3: bar = 0.5 + 3 * 0.03 = 0.59; one router below it -> partial; all below -> not reproduced
+    got = v(summary((0.61, 0.58, 0.61), 0.03, (0.5, 0.56), (0.5, 0.56), (0.58, 0.58, 0.58)))
+    assert got[0] == "partial" and got[2] == "not_reproduced"
+    # C2: lift 0.04 on one benchmark -> partial; Arena-only above random + 0.05 -> not fully reproduced
+    assert v(summary((0.61,) * 3, 0.03, (0.5, 0.56), (0.5, 0.54), (0.61,) * 3))[1] == "partial"
+    assert v(summary((0.61,) * 3, 0.03, (0.56, 0.62), (0.5, 0.56), (0.61,) * 3))[1] == "partial"
+    assert v(summary((0.61,) * 3, 0.03, (0.5, 0.54), (0.5, 0.54), (0.61,) * 3))[1] == "not_reproduced"
+    # C4: SW not the slowest -> partial; MF under 10 req/s -> not reproduced
+    assert v(summary((0.61,) * 3, 0.03, (0.5, 0.56), (0.5, 0.56), (0.61,) * 3),
+             {"encoder only": 60, "SW ranking": 45, "MF": 40, "BERT": 50})[3] == "partial"
+    assert v(summary((0.61,) * 3, 0.03, (0.5, 0.56), (0.5, 0.56), (0.61,) * 3),
+             {"encoder only": 60, "SW ranking": 5, "MF": 8, "BERT": 50})[3] == "not_reproduced"
+
+
+def test_summarise_means_and_spreads():
+    rows = [dict(repeat=r, benchmark="chat", train="arena", router="MF", apgr=a, cpt50=0.3, cpt80=0.6)
+            for r, a in ((0, 0.6), (1, 0.7))]
+    s = experiment.summarise(rows)["chat|arena|MF"]
+    assert s["apgr"] == pytest.approx(0.65) and s["apgr_sd"] == pytest.approx(np.std([0.6, 0.7], ddof=1))
+    assert s["apgr_worlds"] == [0.6, 0.7] and s["n"] == 2
