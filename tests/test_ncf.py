@@ -1,0 +1,214 @@
+"""Tests of iclr25_repro.ncf: the self-modulated field (zero distance, exactness, Taylor mode against jvp, batched jvp
+against a loop), the integrator against torchdiffeq, the ensemble identity, the data generators, bad inputs,
+determinism, the claims' rules and a tiny run of the experiment."""
+import math
+
+import numpy as np
+import pytest
+import torch
+from torch.func import jvp
+
+from iclr25_repro.ncf import experiment
+from iclr25_repro.ncf.model import (NCF, ContextField, csm_field, generate, glycolytic_system, lotka_volterra_system,
+                                    rk4, windows)
+
+
+@pytest.fixture(scope="module")
+def lv_data():
+    lv = lotka_volterra_system()
+    return lv, generate(lv, "train", 2, seed=0).astype(np.float32), torch.as_tensor(lv.t, dtype=torch.float32)
+
+
+def test_parameter_count_matches_the_papers_lv_architecture():
+    assert sum(p.numel() for p in ContextField(2, 1024, 64).parameters()) == 308_233
+
+
+@pytest.mark.parametrize("order", [0, 1, 2])
+def test_zero_distance_gives_the_field(order):
+    torch.manual_seed(0)
+    f = ContextField(3, 5, 8).double()
+    x, xi = torch.randn(4, 3, dtype=torch.float64), torch.randn(4, 5, dtype=torch.float64)
+    assert torch.allclose(csm_field(f, x, xi, xi, order), f(x, xi), atol=1e-12)
+
+
+def test_taylor_mode_equals_nested_jvp_and_the_official_form():
+    torch.manual_seed(1)
+    f = ContextField(2, 6, 8).double()
+    x, xe, xj = (torch.randn(5, d, dtype=torch.float64) for d in (2, 6, 6))
+    for k in (1, 2):
+        assert torch.allclose(f.expanded(x, f.context_jet(xj, xe - xj, k), k), csm_field(f, x, xe, xj, k), atol=1e-12)
+    f_of = lambda xi: f(x, xi)
+    val, jd = jvp(f_of, (xj,), (xe - xj,))
+    nested = jvp(lambda xi: jvp(f_of, (xi,), (xe - xi,))[1], (xj,), (xe - xj,))[1]
+    assert torch.allclose(csm_field(f, x, xe, xj, 2), val + 1.5 * jd + 0.5 * nested, atol=1e-12)
+
+
+def test_first_order_exact_for_affine_and_second_order_for_quadratic_fields():
+    torch.manual_seed(2)
+    A, Q = torch.randn(2, 4, dtype=torch.float64), torch.randn(4, 4, dtype=torch.float64)
+    affine = lambda x, xi: torch.sin(x) + xi @ A.T
+    quad = lambda x, xi: torch.cos(x) + xi @ A.T + ((xi @ Q) * xi).sum(-1, keepdim=True)
+    x, xe, xj = torch.randn(3, 2, dtype=torch.float64), 5 * torch.randn(3, 4, dtype=torch.float64), torch.randn(3, 4, dtype=torch.float64)
+    assert torch.allclose(csm_field(affine, x, xe, xj, 1), affine(x, xe), atol=1e-10)
+    assert torch.allclose(csm_field(quad, x, xe, xj, 2), quad(x, xe), atol=1e-9)
+    assert not torch.allclose(csm_field(quad, x, xe, xj, 1), quad(x, xe), atol=1e-3)
+
+
+def test_batched_jvp_equals_a_per_sample_loop():
+    torch.manual_seed(3)
+    f = ContextField(2, 4, 8).double()
+    x, xi, d = torch.randn(6, 2).double(), torch.randn(6, 4).double(), torch.randn(6, 4).double()
+    batched = jvp(lambda z: f(x, z), (xi,), (d,))[1]
+    loop = torch.stack([torch.autograd.functional.jvp(lambda z: f(x[i:i + 1], z), xi[i:i + 1], d[i:i + 1])[1][0]
+                        for i in range(6)])
+    assert torch.allclose(batched, loop, atol=1e-12)
+
+
+def test_rk4_against_torchdiffeq_and_order():
+    torchdiffeq = pytest.importorskip("torchdiffeq")
+    F = lambda z: torch.stack([0.5 * z[..., 0] - z[..., 0] * z[..., 1], 0.75 * z[..., 0] * z[..., 1] - 0.5 * z[..., 1]], -1)
+    t = torch.linspace(0, 5, 11, dtype=torch.float64)
+    z0 = torch.tensor([[1.5, 1.2]], dtype=torch.float64)
+    ref = torchdiffeq.odeint(lambda s, z: F(z), z0, t, method="dopri5", rtol=1e-10, atol=1e-12).transpose(0, 1)
+    e1 = (rk4(F, z0, t, 1) - ref).abs().max().item()
+    e2 = (rk4(F, z0, t, 2) - ref).abs().max().item()
+    assert e2 < 1e-3 and 10 < e1 / e2 < 25  # halving the step divides the error by about 16
+    em = (rk4(F, z0, t, 4, method="midpoint") - ref).abs().max().item()
+    assert em < 1e-2
+    with pytest.raises(ValueError, match="method"):
+        rk4(F, z0, t, 1, method="euler")
+
+
+def test_ensemble_member_equals_a_solo_run(lv_data):
+    lv, tr, t = lv_data
+    torch.manual_seed(4)
+    m = NCF(2, 9, context_dim=3, width=8, pool=3, members=2)
+    start = {k: v.detach().clone() for k, v in m.state_dict().items()}
+    h = m.fit(tr, t, steps=4, seed=1)
+    solo = NCF(2, 9, context_dim=3, width=8, pool=3, members=1)
+    solo.load_state_dict({k: v[1:2] for k, v in start.items()})
+    g = torch.Generator().manual_seed(1)
+    pools = iter([m.draw_pools(g) for _ in range(4)])
+    solo.draw_pools = lambda generator: next(pools)[1:2]
+    hs = solo.fit(tr, t, steps=4, seed=1)
+    assert np.allclose(h[:, 1], hs[:, 0], rtol=1e-5)
+
+
+def test_fit_adapt_predict_shapes_and_determinism(lv_data):
+    lv, tr, t = lv_data
+    def once():
+        torch.manual_seed(5)
+        m = NCF(2, 9, context_dim=3, width=8, members=2)
+        h = m.fit(tr, t, steps=3, seed=0, joint=True, cosine=True)
+        c = m.adapt(tr[:2, :1], t, steps=3, seed=0)
+        return h, c, m.predict(tr[:2, :, 0], t, c), m.candidates(tr[:2, :, 0], t, c)
+    a, b = once(), once()
+    assert a[0].shape == (3, 2) and a[1].shape == (2, 2, 3) and a[2].shape == (2, 2, 2, 20, 2)
+    assert a[3].shape == (2, 2, 9, 2, 20, 2)
+    for u, v in zip(a, b):
+        assert np.allclose(np.asarray(u), np.asarray(v))
+
+
+def test_proximal_training_and_one_for_all(lv_data):
+    lv, tr, t = lv_data
+    torch.manual_seed(6)
+    m = NCF(2, 9, context_dim=3, width=8)
+    h = m.fit(tr, t, steps=4, mode="t2", inner=1, prox=10.0)
+    assert h.shape == (2, 1) and np.isfinite(h).all()
+    ofa = NCF(2, 9, context_dim=0, order=0, pool=1, self_pool=True, width=8)
+    ofa.fit(tr, t, steps=2)
+    assert ofa.adapt(tr[:1, :1], t, steps=2).shape == (1, 1, 0)
+
+
+def test_windows():
+    d = torch.arange(2 * 1 * 5 * 1, dtype=torch.float32).reshape(2, 1, 5, 1)
+    w, tw = windows(d, torch.arange(5.0), 3)
+    assert w.shape == (2, 3, 3, 1) and w[0, 1, :, 0].tolist() == [1.0, 2.0, 3.0] and tw.tolist() == [0, 1, 2]
+    with pytest.raises(ValueError, match="window length"):
+        windows(d, torch.arange(5.0), 6)
+
+
+def test_generators_follow_the_recipes():
+    lv = lotka_volterra_system()
+    assert [(p["beta"], p["delta"]) for p in lv.train_envs][:3] == [(0.5, 0.5), (0.5, 0.75), (0.5, 1.0)]
+    assert len(lv.train_envs) == 9 and len(lv.adapt_envs) == 4 and len(lv.t) == 20 and lv.t[1] == 0.5
+    data = generate(lv, "adapt", 2, seed=3)
+    assert data.shape == (4, 2, 20, 2)
+    assert np.allclose(data[:, :, 0], data[0, :, 0])  # the same initial states in every environment
+    V = lambda z, q: q["delta"] * z[..., 0] - q["gamma"] * np.log(z[..., 0]) + q["beta"] * z[..., 1] - q["alpha"] * np.log(z[..., 1])
+    for e, q in enumerate(lv.adapt_envs):
+        v = V(data[e], q)
+        assert np.abs(v / v[:, :1] - 1).max() < 1e-6
+    go = glycolytic_system()
+    g = generate(go, "train", 1, seed=0)
+    assert g.shape == (9, 1, 20, 7) and np.isfinite(g).all()
+    assert {p["k1"] for p in go.adapt_envs} == {85.0, 95.0}
+
+
+def test_bad_inputs(lv_data):
+    lv, tr, t = lv_data
+    m = NCF(2, 9, context_dim=3, width=8)
+    with pytest.raises(ValueError, match="environments"):
+        m.fit(tr[:4], t, steps=1)
+    with pytest.raises(ValueError, match="shape"):
+        m.fit(tr[..., :1], t, steps=1)
+    with pytest.raises(ValueError, match="no environments"):
+        m.fit(tr[:, :0], t, steps=1)
+    with pytest.raises(ValueError, match="one time per sample"):
+        m.fit(tr, t[:3], steps=1)
+    with pytest.raises(ValueError, match="pool"):
+        NCF(2, 9, pool=0)
+    with pytest.raises(ValueError, match="order"):
+        NCF(2, 9, order=3)
+    with pytest.raises(ValueError, match="mode"):
+        m.fit(tr, t, steps=1, mode="t3")
+    with pytest.raises(ValueError, match="split"):
+        generate(lv, "test", 1)
+    with pytest.raises(ValueError, match="unknown system"):
+        experiment.make_data("pendulum", 1, 1)
+    with pytest.raises(ValueError, match="candidates need order"):
+        m.candidates(tr[:1, :, 0], t, m.contexts.detach()[:, :1], order=0)
+
+
+def test_loo_r2_recovers_a_linear_relation():
+    rng = np.random.default_rng(0)
+    y = rng.uniform(size=9)
+    X = np.c_[y, 2 * y, -y] + 0.01 * rng.normal(size=(9, 3))
+    assert experiment.loo_r2(X, y) > 0.99
+    assert experiment.loo_r2(rng.normal(size=(9, 3)), y) < 0.5
+
+
+def test_make_claims_rules_at_the_boundaries():
+    def results(ofa_id, ncf_id, ncf_ood, ctx_ood, r2, cov, rho):
+        out = []
+        for k in range(len(ncf_ood)):
+            out.append(dict(system="lv", model="one-for-all", id_mse=ofa_id, ood_mse=0.1))
+            out.append(dict(system="lv", model="context, no CSM", id_mse=ncf_id, ood_mse=ctx_ood[k],
+                            context_r2={"a": 0.9, "b": 0.9}, coverage=0.95, spread_error_spearman=0.0))
+            out.append(dict(system="lv", model="NCF-t1", id_mse=ncf_id, ood_mse=ncf_ood[k], context_r2={"a": r2, "b": 1.0},
+                            coverage=cov, spread_error_spearman=rho))
+        return out
+    v = lambda *a: [c["verdict"] for c in experiment.make_claims(results(*a), "lv")]
+    assert v(1.0, 0.1, [1, 1], [2, 2], 0.8, 0.9, 0.3) == ["reproduced"] * 4
+    assert v(0.5, 0.1, [1, 2.5], [2, 2], 0.5, 0.9, 0.0) == ["partial"] * 4
+    assert v(0.29, 0.1, [3, 3], [2, 2], 0.49, 0.5, 0.0) == ["not_reproduced"] * 4
+
+
+@pytest.fixture(scope="module")
+def tiny_run():
+    cfg = experiment.Config.preset("tiny")
+    return cfg, experiment.run(cfg)
+
+
+def test_tiny_run(tiny_run):
+    cfg, out = tiny_run
+    assert [c["id"].split("-")[0] for c in out["claims"]] == ["C1", "C2", "C3", "C4"]
+    assert len(out["rows"]) == len(cfg.models) * cfg.members
+    for r in out["rows"]:
+        assert math.isfinite(r["id_mse"]) and math.isfinite(r["ood_mse"])
+
+
+def test_tiny_run_is_deterministic(tiny_run):
+    cfg, out = tiny_run
+    again = experiment.run(cfg)
+    assert [r["ood_mse"] for r in out["rows"]] == pytest.approx([r["ood_mse"] for r in again["rows"]], rel=1e-5)
