@@ -79,19 +79,40 @@ def test_rk4_against_torchdiffeq_and_order():
         rk4(F, z0, t, 1, method="euler")
 
 
-def test_ensemble_member_equals_a_solo_run(lv_data):
+@pytest.mark.parametrize("opts", [dict(), dict(joint=True, cosine=True)])
+def test_ensemble_member_equals_a_solo_run(lv_data, opts):
     lv, tr, t = lv_data
     torch.manual_seed(4)
-    m = NCF(2, 9, context_dim=3, width=8, pool=3, members=2)
+    m = NCF(2, 9, context_dim=3, width=8, pool=3, members=2, method="midpoint")
     start = {k: v.detach().clone() for k, v in m.state_dict().items()}
-    h = m.fit(tr, t, steps=4, seed=1)
-    solo = NCF(2, 9, context_dim=3, width=8, pool=3, members=1)
+    h = m.fit(tr, t, steps=4, seed=1, **opts)
+    solo = NCF(2, 9, context_dim=3, width=8, pool=3, members=1, method="midpoint")
     solo.load_state_dict({k: v[1:2] for k, v in start.items()})
     g = torch.Generator().manual_seed(1)
     pools = iter([m.draw_pools(g) for _ in range(4)])
     solo.draw_pools = lambda generator: next(pools)[1:2]
-    hs = solo.fit(tr, t, steps=4, seed=1)
+    hs = solo.fit(tr, t, steps=4, seed=1, **opts)
     assert np.allclose(h[:, 1], hs[:, 0], rtol=1e-5)
+    for k, v in m.state_dict().items():
+        assert torch.allclose(v[1:2], solo.state_dict()[k], atol=1e-5), k
+
+
+def test_adapt_leaves_the_weights_alone_and_the_loss_reaches_the_pool(lv_data):
+    lv, tr, t = lv_data
+    torch.manual_seed(7)
+    m = NCF(2, 9, context_dim=3, width=8, pool=3)
+    with torch.no_grad():
+        m.contexts.normal_()
+    before = {k: v.clone() for k, v in m.field.state_dict().items()}
+    m.adapt(tr[:2, :1], t, steps=3)
+    assert all(torch.equal(before[k], v) for k, v in m.field.state_dict().items())
+    assert all(p.requires_grad for p in m.field.parameters())
+    pools = torch.tensor([[[(e + 1) % 9, (e + 2) % 9, (e + 3) % 9] for e in range(9)]])
+    tr4 = torch.as_tensor(tr)
+    total, _ = m.loss(tr4[:, :, :5], t[:5], pools)
+    total.backward()
+    # every environment appears in some other environment's pool, so every context gets a gradient from the data
+    assert (m.contexts.grad.abs().sum(-1) > 0).all()
 
 
 def test_fit_adapt_predict_shapes_and_determinism(lv_data):
@@ -168,6 +189,12 @@ def test_bad_inputs(lv_data):
         experiment.make_data("pendulum", 1, 1)
     with pytest.raises(ValueError, match="candidates need order"):
         m.candidates(tr[:1, :, 0], t, m.contexts.detach()[:, :1], order=0)
+    with pytest.raises(ValueError, match="contexts must have shape"):
+        m.candidates(tr[:1, :, 0], t, m.contexts.detach()[:, :2])
+    with pytest.raises(ValueError, match="method"):
+        NCF(2, 9, method="euler")
+    with pytest.raises(ValueError, match="pool=1"):
+        NCF(2, 9, pool=3, self_pool=True)
 
 
 def test_loo_r2_recovers_a_linear_relation():
