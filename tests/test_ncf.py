@@ -10,7 +10,7 @@ from torch.func import jvp
 
 from iclr25_repro.ncf import experiment
 from iclr25_repro.ncf.model import (NCF, ContextField, csm_field, generate, glycolytic_system, lotka_volterra_system,
-                                    rk4, windows)
+                                    rk4)
 
 
 @pytest.fixture(scope="module")
@@ -139,14 +139,6 @@ def test_proximal_training_and_one_for_all(lv_data):
     ofa = NCF(2, 9, context_dim=0, order=0, pool=1, self_pool=True, width=8)
     ofa.fit(tr, t, steps=2)
     assert ofa.adapt(tr[:1, :1], t, steps=2).shape == (1, 1, 0)
-
-
-def test_windows():
-    d = torch.arange(2 * 1 * 5 * 1, dtype=torch.float32).reshape(2, 1, 5, 1)
-    w, tw = windows(d, torch.arange(5.0), 3)
-    assert w.shape == (2, 3, 3, 1) and w[0, 1, :, 0].tolist() == [1.0, 2.0, 3.0] and tw.tolist() == [0, 1, 2]
-    with pytest.raises(ValueError, match="window length"):
-        windows(d, torch.arange(5.0), 6)
 
 
 def test_generators_follow_the_recipes():
