@@ -149,10 +149,82 @@ def test_query_accuracy_of_a_constant_model():
     (lambda: mqar(2, 64, 16, 32), "n_pairs"),
     (lambda: llama_baseline(10, d_model=10, n_heads=4), "divisible"),
     (lambda: experiment.build("GLA", experiment.Config.preset("tiny")), "unknown model"),
+    (lambda: scan_chunked(torch.rand(2, 0, 3), torch.rand(2, 0, 3)), "length >= 1"),
+    (lambda: SSMForCausalLM(10, 8, 0), "n_layer"),
+    (lambda: query_accuracy(SSMForCausalLM(10, 8, 1), torch.zeros(1, 4, dtype=torch.long),
+                            torch.full((1, 4), -100)), "no labelled"),
+    (lambda: query_accuracy(SSMForCausalLM(10, 8, 1), torch.zeros(1, 4, dtype=torch.long),
+                            torch.zeros(1, 5, dtype=torch.long)), "labels"),
+    (lambda: experiment.Config.preset("tiny", models=("Longhorn", "Llama")), "models"),
+    (lambda: experiment.Config.preset("tiny", test_lengths=(64,)), "train_length"),
+    (lambda: experiment.Config.preset("tiny", pairs=(20,)), "pairs"),
+    (lambda: experiment.decay_stats(SSMForCausalLM(10, 8, 1, kind="mamba"), torch.zeros(1, 4, dtype=torch.long)),
+     "longhorn"),
 ])
 def test_bad_inputs_raise_clear_errors(call, match):
     with pytest.raises(ValueError, match=match):
         call()
+
+
+def _reference(m, h):
+    "Token-by-token loop of the official recurrence (selective_scan_online7_ref semantics) or Mamba's S6."
+    L = h.shape[1]
+    xz = h @ m.in_proj.weight.T
+    x, z = xz[..., :m.d_inner], xz[..., m.d_inner:]
+    x = torch.nn.functional.silu(torch.nn.functional.conv1d(x.transpose(1, 2), m.conv1d.weight, m.conv1d.bias,
+                                                            padding=m.d_conv - 1, groups=m.d_inner)[..., :L]).transpose(1, 2)
+    S = torch.zeros(h.shape[0], m.d_inner, m.d_state, dtype=h.dtype)
+    ys = []
+    for t in range(L):
+        p = x[:, t] @ m.x_proj.weight.T
+        dt, k, q = p[:, :m.dt_rank], p[:, m.dt_rank:m.dt_rank + m.d_state], p[:, m.dt_rank + m.d_state:]
+        r = dt @ m.dt_head.weight.T + m.dt_head.bias
+        if m.kind == "longhorn":
+            e = torch.sigmoid(r)
+            e = e / (1 + e * (k ** 2).sum(-1, keepdim=True))
+            S = (1 - e[:, :, None] * k[:, None] ** 2) * S + (e * x[:, t])[:, :, None] * k[:, None]
+        else:
+            e = torch.nn.functional.softplus(r)
+            S = torch.exp(-e[:, :, None] * torch.exp(m.A_log)[None]) * S + (e * x[:, t])[:, :, None] * k[:, None]
+        ys.append(((S * q[:, None]).sum(-1) + m.D * x[:, t]) * torch.nn.functional.silu(z[:, t]))
+    return torch.stack(ys, 1) @ m.out_proj.weight.T
+
+
+@pytest.mark.parametrize("kind", ["longhorn", "mamba"])
+@pytest.mark.parametrize("scan", ["chunked", "sequential"])
+def test_layer_matches_the_token_by_token_reference(kind, scan):
+    torch.manual_seed(4)
+    m = SSMMixer(16, d_state=4, expand=2, kind=kind, scan=scan, chunk=4).double()
+    h = torch.randn(2, 11, 16, dtype=torch.float64)
+    assert torch.allclose(m(h), _reference(m, h), atol=1e-10)
+
+
+def test_decay_stats_on_known_keys():
+    torch.manual_seed(5)
+    lm = SSMForCausalLM(12, d_model=16, n_layer=1, d_state=4, expand=1)
+    ids = torch.randint(0, 12, (2, 9))
+    lm.mixers[0].record = True
+    lm(ids)
+    last = lm.mixers[0].last
+    beta, k = last["beta"], last["k"]
+    expected = float((1 - beta.unsqueeze(-1) * (k * k).unsqueeze(-2) < -1).double().mean())
+    st = experiment.decay_stats(lm, ids)
+    assert st["outside_bounds"] == 0 and st["explicit_unstable"] == pytest.approx(expected)
+    assert st["min_decay"] == pytest.approx(float(last["a"].min()))
+    assert lm.mixers[0].record is True          # the recording state is restored
+    with torch.no_grad():                        # large keys: the explicit step leaves [-1, 1], the implicit one not
+        lm.mixers[0].x_proj.weight.mul_(30)
+    st = experiment.decay_stats(lm, ids)
+    assert st["outside_bounds"] == 0 and st["explicit_unstable"] > 0 and st["min_decay_explicit"] < -1
+    assert st["state_max_explicit"] > st["state_max_implicit"]
+
+
+def test_param_groups_exempt_vectors_and_flagged_parameters():
+    lm = SSMForCausalLM(12, d_model=16, n_layer=1, d_state=4, expand=1, kind="mamba")
+    decay, keep = experiment.param_groups(lm, 0.1)
+    ids = {id(p) for p in keep["params"]}
+    assert id(lm.mixers[0].A_log) in ids and id(lm.mixers[0].D) in ids and id(lm.mixers[0].dt_head.bias) in ids
+    assert id(lm.mixers[0].in_proj.weight) in {id(p) for p in decay["params"]} and keep["weight_decay"] == 0.0
 
 
 def test_training_is_deterministic():
@@ -164,9 +236,10 @@ def test_training_is_deterministic():
 
 def _results(lh, mb, llama, lh_long, llama_long, outside=0, unstable=0.5):
     out = []
+    cp = {"outside_bounds": outside, "explicit_unstable": unstable, "min_decay": 0.1, "min_decay_explicit": -2.0,
+          "explicit_unstable_full": 0.5, "state_max_implicit": 1.0, "state_max_explicit": 10.0}
     for K in (4, 8):
-        out.append({"model": "Longhorn", "K": K, "accuracy": {32: lh[K], 256: lh_long[K]},
-                    "checkpoints": [{"outside_bounds": outside, "explicit_unstable": unstable, "min_decay": 0.1}]})
+        out.append({"model": "Longhorn", "K": K, "accuracy": {32: lh[K], 256: lh_long[K]}, "checkpoints": [cp]})
         out.append({"model": "Mamba-style", "K": K, "accuracy": {32: mb[K], 256: 0.1}, "checkpoints": []})
         out.append({"model": "Llama", "K": K, "accuracy": {32: llama, 256: llama_long}, "checkpoints": []})
     return out
