@@ -1,6 +1,6 @@
 """Tests of iclr25_repro.longhorn: the closed-form update against a linear solve, the chunked scan against the
-sequential loop (values and gradients, several chunk sizes), the decay bounds, causality, the transformers-style loss,
-the MQAR generator, bad inputs, determinism, the claims' rules and a tiny run of the experiment."""
+sequential loop (values and gradients, several chunk sizes), the decay bounds, causality, step-by-step decoding, the
+transformers-style loss, the MQAR generator, bad inputs, determinism, the claims' rules and a tiny run of the experiment."""
 import math
 
 import numpy as np
@@ -82,6 +82,20 @@ def test_layer_is_causal_and_scans_agree(kind):
     assert torch.allclose(m(h), seq(h), atol=1e-5)
 
 
+@pytest.mark.parametrize("kind", ["longhorn", "mamba"])
+def test_step_by_step_decoding_equals_the_parallel_forward(kind):
+    torch.manual_seed(6)
+    lm = SSMForCausalLM(20, d_model=16, n_layer=2, kind=kind, d_state=4, expand=2, chunk=4).double()
+    ids = torch.randint(0, 20, (2, 13))
+    full = lm(ids).logits
+    cache, rec = None, []
+    for t in range(ids.shape[1]):
+        logits, cache = lm.step(ids[:, t], cache)
+        rec.append(logits)
+    assert torch.allclose(torch.stack(rec, 1), full, atol=1e-10)
+    assert [tuple(c.shape) for c in cache[0]] == [(2, 32, 4), (2, 32, 4)]
+
+
 def test_parameter_counts_differ_by_the_decay_rates():
     lh, mb = LonghornLayer(32, d_state=8), MambaStyleLayer(32, d_state=8)
     count = lambda m: sum(p.numel() for p in m.parameters())
@@ -151,6 +165,8 @@ def test_query_accuracy_of_a_constant_model():
     (lambda: experiment.build("GLA", experiment.Config.preset("tiny")), "unknown model"),
     (lambda: scan_chunked(torch.rand(2, 0, 3), torch.rand(2, 0, 3)), "length >= 1"),
     (lambda: SSMForCausalLM(10, 8, 0), "n_layer"),
+    (lambda: SSMForCausalLM(10, 8, 1).step(torch.zeros(2, 3, dtype=torch.long)), "token"),
+    (lambda: SSMMixer(8).step(torch.randn(2, 5, 8)), "expected a float tensor"),
     (lambda: query_accuracy(SSMForCausalLM(10, 8, 1), torch.zeros(1, 4, dtype=torch.long),
                             torch.full((1, 4), -100)), "no labelled"),
     (lambda: query_accuracy(SSMForCausalLM(10, 8, 1), torch.zeros(1, 4, dtype=torch.long),
