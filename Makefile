@@ -9,6 +9,10 @@ BIN := $(VENV)/bin
 SCALE ?= ci
 DEVICE ?= auto
 SEED ?= 0
+# chapters executed at a time (each gets cores / JOBS threads); FORCE=1 executes chapters whose inputs did not change
+JOBS ?= 2
+FORCE ?=
+RUN_FLAGS = -j $(JOBS) --scale $(SCALE) --device $(DEVICE) --seed $(SEED) $(if $(FORCE),--force,)
 MATHJAX_VERSION := 3.2.2
 STAMP := $(VENV)/.installed
 MATHJAX := book/_assets/mathjax/tex-svg.js
@@ -41,9 +45,10 @@ mathjax: $(MATHJAX)
 export: venv
 	$(BIN)/nbdev_export
 
-# Execute notebooks with papermill into book/<slug>/ (a failed notebook is never left in the book).
+# Execute notebooks with papermill into book/<slug>/ (a failed notebook is never left in the book); chapters whose
+# inputs did not change since their last run are not executed again (.cache/chapters/).
 run: export
-	$(BIN)/python -m iclr25_repro run --scale $(SCALE) --device $(DEVICE) --seed $(SEED)
+	$(BIN)/python -m iclr25_repro run $(RUN_FLAGS)
 
 html: venv mathjax
 	$(BIN)/python -m iclr25_repro build
@@ -53,7 +58,7 @@ book: run html
 
 chapter: export mathjax
 	@test -n "$(CH)" || { echo "usage: make chapter CH=<slug>"; exit 2; }
-	$(BIN)/python -m iclr25_repro run $(CH) --scale $(SCALE) --device $(DEVICE) --seed $(SEED)
+	$(BIN)/python -m iclr25_repro run $(CH) $(RUN_FLAGS)
 	$(MAKE) html
 
 # The package is generated from nbs/ and the notebooks are committed without outputs.

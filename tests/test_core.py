@@ -144,8 +144,25 @@ def test_scorecard(tmp_root):
     assert set(found["demo"]) == {"ci", "full"}
     path = scorecard.write_scorecard()
     page = path.read_text()
-    assert "| ci | 0 | 0 | 1 | 0 |" in page and "| full | 1 | 0 | 0 | 0 |" in page
+    # scale, chapters, claims, reproduced, partial, not reproduced, not run
+    assert "| ci | 1 | 1 | 0 | 0 | 1 | 0 |" in page and "| full | 1 | 1 | 1 | 0 | 0 | 0 |" in page
+    assert "| ci | 1 | 0 | 0 | 0 |" in page                      # scale, chapters, checks, passed, failed
     assert "300 s on cuda (test)" in page
+    assert (tmp_root / "book" / "scorecard_ci.png").stat().st_size > 1000 and "scorecard_ci.png" in page
+    assert ":::{dropdown}" in page and "Rule: reproduced if ours > baseline + 0.02" in page
+
+
+def test_scorecard_counts_checks_apart(tmp_root):
+    recs = [_claim(0.9), results.check("k1", "An identity holds.", "largest error", ours=1e-12, passed=True,
+                                       rule="asserted: error < 1e-9"),
+            results.check("k2", "A count matches.", "calls", ours=3, passed=False, rule="asserted: 4 calls")]
+    results.save_results(results.make_results("demo", PAPER, _Cfg(device="cpu"), recs, 3.0))
+    page = scorecard.write_scorecard().read_text()
+    assert "| ci | 1 | 1 | 1 | 0 | 0 | 0 |" in page and "| ci | 1 | 2 | 1 | 1 |" in page   # one claim; two checks, one failed
+    assert "No full run has been committed yet" in page and "full claims" not in page
+    assert "| **k2**: A count matches. *(calls)* | 3 | **failed** |" in page
+    fig = scorecard.scorecard_figure(scorecard.collect_results(), "ci")
+    assert len(fig.axes) == 1                                          # one row per claim; checks are not drawn
 
 
 def test_scorecard_refuses_misfiled_results(tmp_root):
@@ -186,6 +203,10 @@ def test_format_timings_flags_budget():
     table = cli.format_timings(rows, "ci")
     assert "OVER the 90 s ci budget" in table and "1 failed" in table
     assert "OVER" not in cli.format_timings(rows, "full")
+    assert "OVER" not in cli.format_timings(rows, "ci", jobs=2, wall_s=50.0)      # at -j 2 a chapter shares the machine
+    cached = [dict(r, ok=True, cached=True) for r in rows]
+    table = cli.format_timings(cached, "ci", jobs=1, wall_s=0.1)
+    assert "OVER" not in table and "(cached)" in table and "1 chapter(s) cached" in table
 
 
 def test_cli_errors(capsys):
@@ -267,11 +288,269 @@ def test_run_experiment_writes_valid_results(tmp_path):
     assert doc["env"]["git_sha"] is None or len(doc["env"]["git_sha"]) >= 40
 
 
-def test_map_jobs_keeps_order_in_processes():
+def test_map_jobs_keeps_order_in_processes(monkeypatch):
     import os
     jobs = [dict(base=3, exp=k) for k in range(5)]
     before = os.environ.get("OMP_NUM_THREADS")
+    monkeypatch.delenv("ICLR25_CPUS", raising=False)
     assert runtime.map_jobs(pow, jobs, n_workers=2) == [3 ** k for k in range(5)] == runtime.map_jobs(pow, jobs)
     assert os.environ.get("OMP_NUM_THREADS") == before
-    with pytest.raises(ValueError, match="n_workers"):
-        runtime.map_jobs(pow, jobs, n_workers=0)
+    for bad in (0, True, 1.5):
+        with pytest.raises(ValueError, match="n_workers"):
+            runtime.map_jobs(pow, jobs, n_workers=bad)
+
+
+def test_map_jobs_respects_the_cpu_budget(monkeypatch):
+    monkeypatch.setenv("ICLR25_CPUS", "1")          # what the runner sets for a kernel at -j 2 on 2 cores
+    assert runtime.cpu_budget() == 1
+    pid = runtime.map_jobs(_pid, [dict(x=k) for k in range(3)], n_workers=4)
+    import os
+    assert set(pid) == {os.getpid()}                # a budget of one: the jobs ran in this process
+    monkeypatch.setenv("ICLR25_CPUS", "two")
+    with pytest.raises(ValueError, match="ICLR25_CPUS"):
+        runtime.cpu_budget()
+
+
+def _pid(x):
+    import os
+    return os.getpid()
+
+
+# --- claims, checks and intervals ----------------------------------------------------------------
+def test_records_have_kinds_and_old_documents_say_what_to_add(tmp_root):
+    k = results.check("k", "An identity holds.", "largest error", ours=1e-13, passed=True, rule="asserted: < 1e-10")
+    assert k["kind"] == "check" and k["verdict"] == "passed"
+    assert results.check("k", "c", "m", ours=2, passed=False, rule="r")["verdict"] == "failed"
+    doc = results.make_results("demo", PAPER, _Cfg(device="cpu"), [_claim(), k], runtime_s=1.0)
+    assert [c["kind"] for c in doc["claims"]] == ["claim", "check"]
+    old = json.loads(json.dumps(doc))
+    del old["claims"][0]["kind"]
+    with pytest.raises(ValueError, match=r"no 'kind'. Add kind='claim'.*check\(\.\.\.\)"):
+        results.validate_results(old)
+    for mutate, message in [
+        (lambda d: d["claims"][1].update(verdict="reproduced"), "passed"),      # a check cannot be 'reproduced'
+        (lambda d: d["claims"][0].update(verdict="passed"), "reproduced"),      # nor a claim 'passed'
+        (lambda d: d["claims"][0].update(kind="hunch"), "kind"),
+        (lambda d: d["claims"][0].update(paper_tests="vibes"), "paper_tests"),
+        (lambda d: d["claims"][0].update(replicates=0), "replicates"),
+        (lambda d: d["claims"][0].update(interval={"lo": 0, "hi": 1}), "interval"),
+        (lambda d: d["claims"][1].update(paper=0.5), "paper"),                  # a check has no paper number
+    ]:
+        bad = json.loads(json.dumps(doc))
+        mutate(bad)
+        with pytest.raises(ValueError, match=message):
+            results.validate_results(bad)
+
+
+def test_claim_carries_interval_replicates_and_paper_tests():
+    iv = results.paired_interval([3.0, 4.0, 5.0, 4.5], [1.0, 1.5, 2.0, 2.5])
+    c = results.claim("c", "Beats.", "m", paper=2.0, paper_tests="direction", ours=4.1, baseline=1.75, interval=iv,
+                      ours_interval=(3.0, 5.0), rule="reproduced if the interval lies above 0", **results.decide(iv))
+    assert c["replicates"] == 4 and c["interval"]["n"] == 4 and c["ours_interval"] == [3.0, 5.0]
+    assert c["verdict"] == "reproduced"
+    with pytest.raises(ValueError, match="paper_tests"):
+        results.claim("c", "c", "m", paper=None, paper_tests="size", ours=1.0, rule="r", reproduced=True)
+    with pytest.raises(ValueError, match="paper_tests"):
+        results.claim("c", "c", "m", paper=1.0, paper_tests="roughly", ours=1.0, rule="r", reproduced=True)
+    with pytest.raises(ValueError, match="interval lacks"):
+        results.claim("c", "c", "m", paper=None, ours=1.0, rule="r", reproduced=True, interval={"lo": 0})
+    with pytest.raises(ValueError, match="ours_interval"):
+        results.claim("c", "c", "m", paper=None, ours=1.0, rule="r", reproduced=True, ours_interval=(2, 1))
+
+
+def test_t_interval_against_the_formula():
+    from scipy import stats
+    x = np.array([0.12, -0.03, 0.08, 0.05, 0.10])
+    iv = results.mean_interval(x, method="t", level=0.9)
+    half = stats.t.ppf(0.95, 4) * x.std(ddof=1) / np.sqrt(5)
+    assert iv["lo"] == pytest.approx(x.mean() - half, abs=1e-14) and iv["hi"] == pytest.approx(x.mean() + half, abs=1e-14)
+    assert iv["method"] == "Student t, 4 df" and iv["level"] == 0.9 and iv["n"] == 5
+    assert results.mean_interval(x)["method"] == "Student t, 4 df"                  # auto: t below 10 replicates
+    assert results.mean_interval(np.arange(12.0))["method"].startswith("BCa bootstrap")
+    same = results.mean_interval([2.0, 2.0, 2.0])
+    assert same["lo"] == same["hi"] == 2.0 and "all replicates equal" in same["method"]
+    for bad in ([1.0], [1.0, float("nan")], [[1.0, 2.0]]):
+        with pytest.raises(ValueError):
+            results.mean_interval(bad)
+    with pytest.raises(ValueError, match="method"):
+        results.mean_interval(x, method="jackknife")
+
+
+def test_bca_interval_against_a_hand_computation():
+    "BCa by hand (Efron and Tibshirani, ch. 14) from the same bootstrap distribution scipy draws with the same seed."
+    from scipy import stats
+    from scipy.special import ndtr, ndtri
+    x = np.array([1.2, 0.4, 2.9, 1.1, 0.7, 3.8, 1.6, 0.9, 2.2, 1.3, 0.5, 5.1])
+    iv = results.mean_interval(x, method="bca", seed=7)
+    boot = stats.bootstrap((x,), np.mean, n_resamples=9999, method="BCa", rng=np.random.default_rng(7)).bootstrap_distribution
+    theta = x.mean()
+    z0 = ndtri(((boot < theta).sum() + (boot <= theta).sum()) / (2 * len(boot)))   # median bias, ties split
+    jack = np.array([np.delete(x, i).mean() for i in range(len(x))])
+    d = jack.mean() - jack
+    a = (d ** 3).sum() / (6 * ((d ** 2).sum()) ** 1.5)                                # acceleration
+    z = ndtri([0.025, 0.975])
+    q = ndtr(z0 + (z0 + z) / (1 - a * (z0 + z)))
+    lo, hi = np.percentile(boot, 100 * q)
+    assert iv["lo"] == pytest.approx(lo, rel=1e-12) and iv["hi"] == pytest.approx(hi, rel=1e-12)
+    assert results.mean_interval(x, method="bca", seed=7) == iv                     # seeded: the same interval again
+
+
+def test_percentile_interval_against_the_exact_bootstrap():
+    "For 5 points the bootstrap distribution of the mean is known exactly: every one of the 5^5 resamples."
+    import itertools
+    x = np.array([0.0, 1.0, 3.0, 4.0, 10.0])
+    means = np.array([np.mean(c) for c in itertools.product(x, repeat=5)])
+    lo, hi = np.quantile(means, [0.025, 0.975])
+    iv = results.mean_interval(x, method="percentile", n_resamples=200_000)
+    assert abs(iv["lo"] - lo) < 0.05 and abs(iv["hi"] - hi) < 0.05
+
+
+def test_paired_interval_and_decide():
+    a, b = np.array([5.0, 6.0, 7.5, 6.5]), np.array([4.0, 5.5, 6.0, 6.2])
+    iv = results.paired_interval(a, b)
+    ref = results.mean_interval(a - b)
+    assert {k: iv[k] for k in ("lo", "hi", "estimate")} == {k: ref[k] for k in ("lo", "hi", "estimate")}
+    assert "paired over 4 replicates" in iv["of"]
+    lr = results.paired_interval(a, b, log=True)
+    assert lr["estimate"] == pytest.approx(np.mean(np.log(a / b)))
+    with pytest.raises(ValueError, match="same length"):
+        results.paired_interval(a, b[:3])
+    with pytest.raises(ValueError, match="positive"):
+        results.paired_interval(a, -b, log=True)
+    above = {"estimate": 1.0, "lo": 0.2, "hi": 1.8}
+    across = {"estimate": 1.0, "lo": -0.2, "hi": 2.2}
+    below = {"estimate": -1.0, "lo": -2.0, "hi": 0.5}
+    assert results.decide(above) == {"reproduced": True, "partial": True}
+    assert results.decide(across) == {"reproduced": False, "partial": True}
+    assert results.decide(below) == {"reproduced": False, "partial": False}
+    assert results.decide(below, better="lower") == {"reproduced": False, "partial": True}
+    assert results.decide({"estimate": -1.0, "lo": -2.0, "hi": -0.5}, better="lower")["reproduced"]
+    assert not results.decide({"estimate": 0.5, "lo": 0.0, "hi": 1.0})["reproduced"]   # touching 0 is not above it
+
+
+# --- prose from the run --------------------------------------------------------------------------
+def test_closing_section_and_say():
+    from iclr25_repro.core import report
+    assert str(report.say("{x} and {iv} and {p:.1%}", x=0.123456, iv={"estimate": 1.0, "lo": 0.5, "hi": 1.5},
+                          p=0.25)) == "0.123 and 1 [0.5, 1.5] and 25.0%"
+    assert str(report.say("{x}", x=np.float32(2.5))) == "2.5" and str(report.say("{n}", n=3)) == "3"
+    iv = results.paired_interval([2.0, 2.1, 2.2], [1.0, 1.0, 1.0])
+    recs = [results.claim("C1", "Beats.", "score", paper=3.0, paper_tests="size", ours=3.0, baseline=1.0, interval=iv,
+                          rule="r", **results.decide(iv)),
+            results.claim("C2", "Scales.", "slope", paper=None, ours=None, rule="r", reproduced=False),
+            results.check("K1", "Holds.", "error", ours=0.0, passed=True, rule="r")]
+    md = report.closing_section(recs, {"C1": "Because.", "C2": "Too small at ci."}, scale="ci", outro="The end.")
+    text = str(md)
+    assert text.startswith("Of 2 claims tested at scale ci: 1 reproduced, 1 not run. 1 check")
+    assert "- **C1, reproduced.** Beats. Paper: 3 (the rule tests its size)." in text and "Because." in text
+    assert "- **C2, not run.**" in text and "- **K1, a check, passed.**" in text and text.rstrip().endswith("The end.")
+    assert md._repr_markdown_() == text
+    with pytest.raises(ValueError, match="missing"):
+        report.closing_section(recs, {"C1": "Because."})
+    with pytest.raises(ValueError, match="do not exist"):
+        report.closing_section(recs, {"C1": "a", "C2": "b", "C3": "c"})
+
+
+# --- the runner: cache, parallel chapters, smoke and dry runs ------------------------------------
+def _fake_book(root, slugs=("alpha", "beta")):
+    "A repository root with tiny chapters: each writes a results file from a seeded computation and prints its threads."
+    code = ("import json, os, numpy as np, torch\n"
+            "from dataclasses import dataclass\n"
+            "from iclr25_repro.core.results import check, claim, make_results, save_results\n"
+            "from iclr25_repro.core.runtime import ScaledConfig\n"
+            "@dataclass\nclass C(ScaledConfig):\n    pass\n"
+            "x = torch.randn(64, 64, generator=torch.Generator().manual_seed(seed))\n"
+            "v = float((x @ x.T).trace()) + float(np.random.default_rng(seed).normal())\n"
+            "print('threads', torch.get_num_threads(), os.environ.get('ICLR25_CPUS'))\n"
+            "doc = make_results(SLUG, {'title': 't', 'arxiv': '2501.00001', 'code': None}, C(scale=scale, device='cpu'),\n"
+            "                   [claim('c', 'c', 'm', paper=None, ours=v, rule='r', reproduced=v > 0)], 1.0)\n"
+            "save_results(doc)\n")
+    for s in slugs:
+        (root / "nbs" / s).mkdir(parents=True)
+        (root / "iclr25_repro" / s).mkdir(parents=True)
+        (root / "iclr25_repro" / s / "mod.py").write_text("X = 1\n")
+        (root / "nbs" / s / "03_evaluation.ipynb").write_text(json.dumps(_notebook([
+            ('scale = "ci"\ndevice = "auto"\nseed = 0', {"tags": ["parameters"]}),
+            (f"SLUG = {s!r}\n" + code, {}),
+        ])))
+    (root / "iclr25_repro" / "core").mkdir(parents=True)
+    (root / "iclr25_repro" / "core" / "x.py").write_text("Y = 1\n")
+    (root / "book").mkdir(exist_ok=True)
+
+
+def _executed(capsys) -> set[str]:
+    out = capsys.readouterr().out
+    return {line.split()[1].split("/")[0] for line in out.splitlines() if line.startswith("  ok ")}
+
+
+def test_cache_reexecutes_exactly_the_changed_chapter(tmp_path, capsys):
+    _fake_book(tmp_path)
+    run = lambda **kw: cli.run_book(["alpha", "beta"], "tiny", "cpu", 0, root=tmp_path, jobs=1, **kw)
+    run()
+    assert _executed(capsys) == {"alpha", "beta"}
+    rows = run()
+    assert _executed(capsys) == set() and all(r.get("cached") for r in rows)
+    (tmp_path / "iclr25_repro" / "beta" / "mod.py").write_text("X = 2\n")          # one chapter's package source
+    run()
+    assert _executed(capsys) == {"beta"}
+    (tmp_path / "iclr25_repro" / "core" / "x.py").write_text("Y = 2\n")            # core: every chapter
+    run()
+    assert _executed(capsys) == {"alpha", "beta"}
+    (tmp_path / "book" / "alpha" / "03_evaluation.ipynb").unlink()                  # a lost output is rebuilt
+    run()
+    assert _executed(capsys) == {"alpha"}
+    cli.run_book(["beta"], "tiny", "cpu", 1, root=tmp_path, jobs=1)                  # another seed: another key
+    assert _executed(capsys) == {"beta"}
+    run(force=True)
+    assert _executed(capsys) == {"alpha", "beta"}
+
+
+def test_cache_key_covers_inputs_and_versions(tmp_path, monkeypatch):
+    _fake_book(tmp_path)
+    key = cli.chapter_key("alpha", "ci", "cpu", 0, tmp_path)
+    (tmp_path / "iclr25_repro" / "_modidx.py").write_text("d = {}\n")               # nbdev's index: not an input
+    assert cli.chapter_key("alpha", "ci", "cpu", 0, tmp_path) == key
+    assert cli.chapter_key("alpha", "full", "cpu", 0, tmp_path) != key
+    (tmp_path / "nbs" / "alpha" / "data.csv").write_text("1,2\n")                   # any file of the chapter's folder
+    assert cli.chapter_key("alpha", "ci", "cpu", 0, tmp_path) != key
+    key = cli.chapter_key("alpha", "ci", "cpu", 0, tmp_path)
+    (tmp_path / "constraints.txt").write_text("torch==2.13.0\n")
+    monkeypatch.setattr(cli, "installed_versions", lambda root=None: {"torch": "9.9"})
+    assert cli.chapter_key("alpha", "ci", "cpu", 0, tmp_path) != key
+    (tmp_path / "iclr25_repro" / "alpha" / "mod.py").write_text("from ..beta import mod\n")   # alpha now uses beta
+    assert any(p.parent.name == "beta" for p in cli.chapter_inputs("alpha", tmp_path))
+    assert cli._requirement_names(tmp_path) == ["torch"]
+
+
+def test_parallel_run_gives_the_same_results_files(tmp_path, capsys):
+    def files(root):
+        out = {}
+        for p in sorted((root / "book" / "results").glob("*/tiny.json")):
+            d = json.loads(p.read_text())
+            d.pop("runtime_s"), d["env"].pop("utc"), d.pop("device")   # provenance: when, how long, on how many threads
+            out[p.parent.name] = d
+        return out
+    one, two = tmp_path / "one", tmp_path / "two"
+    _fake_book(one)
+    _fake_book(two)
+    cli.run_book(None, "tiny", "cpu", 0, root=one, jobs=1)
+    cli.run_book(None, "tiny", "cpu", 0, root=two, jobs=2)
+    assert "at -j 2" in capsys.readouterr().out
+    assert files(one) == files(two) and set(files(one)) == {"alpha", "beta"}
+    printed = lambda root: "".join("".join(o.get("text", "")) for c in json.loads(
+        (root / "book" / "alpha" / "03_evaluation.ipynb").read_text())["cells"] for o in c.get("outputs", []))
+    import os
+    cores = len(os.sched_getaffinity(0))
+    assert f"threads {cores} {cores}" in printed(one)                      # -j 1: the chapter has every core
+    assert f"threads {max(1, cores // 2)} {max(1, cores // 2)}" in printed(two)   # -j 2: half each, never more
+
+
+def test_smoke_and_dry_run(tmp_root, capsys):
+    assert cli.main(["experiment", "usam", "--scale", "full", "--smoke"]) == 0
+    out = capsys.readouterr().out
+    assert "smoke run: nothing written" in out and not (tmp_root / "book" / "results").exists()
+    assert cli.main(["experiment", "usam", "--scale", "full", "--dry-run"]) == 0
+    plan = capsys.readouterr().out
+    assert "usam at scale full" in plan and "(* differs from ci)" in plan
+    with pytest.raises(ValueError, match="SMOKE is empty"):
+        _Cfg.preset("full", smoke=True)

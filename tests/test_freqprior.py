@@ -118,7 +118,10 @@ def test_tiny_experiment_run_and_determinism():
     a, b = experiment.run(cfg), experiment.run(cfg)
     assert [c["id"] for c in a["claims"]] == ["C1-variance", "C2-spectrum", "C3-cost", "C4-learned"]
     assert a["claims"] == b["claims"]
-    assert all(c["verdict"] in ("reproduced", "partial", "not_reproduced") for c in a["claims"])
+    kinds = {c["id"]: c["kind"] for c in a["claims"]}
+    assert kinds == {"C1-variance": "check", "C2-spectrum": "claim", "C3-cost": "check", "C4-learned": "claim"}
+    assert all(c["verdict"] in (("passed", "failed") if c["kind"] == "check" else ("reproduced", "partial", "not_reproduced"))
+               for c in a["claims"])
 
 
 def test_sprite_videos_and_tiny_model():

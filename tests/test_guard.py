@@ -212,5 +212,6 @@ def test_tiny_experiment_run():
     out = experiment.run(experiment.Config.preset("tiny"))
     ids = [c["id"] for c in out["claims"]]
     assert ids == ["C1-guarantee", "C2-dpg", "C2b-warm-start", "C3-position"]
-    assert all(c["verdict"] in ("reproduced", "partial", "not_reproduced") for c in out["claims"])
+    assert out["claims"][0]["kind"] == "check" and out["claims"][0]["verdict"] == "passed"
+    assert all(c["verdict"] in ("reproduced", "partial", "not_reproduced") for c in out["claims"][1:])
     assert sum(g["violations"] for g in out["a"]["guard"] + out["b"]["guard"]) == 0

@@ -304,7 +304,8 @@ def tiny_run():
 def test_tiny_run_has_claims_and_valid_numbers(tiny_run):
     cfg, out = tiny_run
     assert [c["id"].split("-")[0] for c in out["claims"]] == ["C1", "C2", "C3", "C4"]
-    for c in out["claims"]:
+    assert [c["kind"] for c in out["claims"]] == ["claim", "claim", "claim", "check"]
+    for c in out["claims"][:3]:
         assert c["verdict"] in ("reproduced", "partial", "not_reproduced")
     for key, v in out["summary"].items():
         assert math.isfinite(v["apgr"]), key
@@ -397,7 +398,7 @@ def test_make_claims_verdicts_at_the_boundaries():
         return s
     fast = {"encoder only": 60, "SW ranking": 5, "MF": 50, "BERT": 40}
     v = lambda s, sp=fast: [c["verdict"] for c in experiment.make_claims(s, sp)]
-    assert v(summary((0.61, 0.61, 0.61), 0.03, (0.5, 0.56), (0.5, 0.56), (0.61, 0.61, 0.61))) == ["reproduced"] * 4
+    assert v(summary((0.61, 0.61, 0.61), 0.03, (0.5, 0.56), (0.5, 0.56), (0.61, 0.61, 0.61))) == ["reproduced"] * 3 + ["passed"]
     # C1/C3: bar = 0.5 + 3 * 0.03 = 0.59; one router below it -> partial; all below -> not reproduced
     got = v(summary((0.61, 0.58, 0.61), 0.03, (0.5, 0.56), (0.5, 0.56), (0.58, 0.58, 0.58)))
     assert got[0] == "partial" and got[2] == "not_reproduced"
@@ -405,11 +406,11 @@ def test_make_claims_verdicts_at_the_boundaries():
     assert v(summary((0.61,) * 3, 0.03, (0.5, 0.56), (0.5, 0.54), (0.61,) * 3))[1] == "partial"
     assert v(summary((0.61,) * 3, 0.03, (0.56, 0.62), (0.5, 0.56), (0.61,) * 3))[1] == "partial"
     assert v(summary((0.61,) * 3, 0.03, (0.5, 0.54), (0.5, 0.54), (0.61,) * 3))[1] == "not_reproduced"
-    # C4: SW not the slowest -> partial; MF under 10 req/s -> not reproduced
+    # C4 (a check): SW not the slowest -> failed; MF under 10 req/s -> failed
     assert v(summary((0.61,) * 3, 0.03, (0.5, 0.56), (0.5, 0.56), (0.61,) * 3),
-             {"encoder only": 60, "SW ranking": 45, "MF": 40, "BERT": 50})[3] == "partial"
+             {"encoder only": 60, "SW ranking": 45, "MF": 40, "BERT": 50})[3] == "failed"
     assert v(summary((0.61,) * 3, 0.03, (0.5, 0.56), (0.5, 0.56), (0.61,) * 3),
-             {"encoder only": 60, "SW ranking": 5, "MF": 8, "BERT": 50})[3] == "not_reproduced"
+             {"encoder only": 60, "SW ranking": 5, "MF": 8, "BERT": 50})[3] == "failed"
 
 
 def test_summarise_means_and_spreads():

@@ -18,12 +18,13 @@ import time
 from pathlib import Path
 
 from .results import RESULTS_SCHEMA, make_results, repo_root, save_results
-from .runtime import SCALES, Timer, pick_device, seed_everything
+from .runtime import SCALES, Timer, pick_device, seed_everything, thread_env
 
 # %% auto #0
-__all__ = ['KERNEL_ENV', 'CI_BUDGET_S', 'chapter_slugs', 'chapter_notebooks', 'book_cell_tags', 'has_parameters_cell',
-           'execute_notebook', 'run_book', 'format_timings', 'record_run', 'run_experiment', 'build_book',
-           'strip_outputs', 'check_clean', 'main']
+__all__ = ['KERNEL_ENV', 'CI_BUDGET_S', 'DEFAULT_JOBS', 'chapter_slugs', 'chapter_notebooks', 'book_cell_tags',
+           'has_parameters_cell', 'execute_notebook', 'chapter_inputs', 'installed_versions', 'chapter_key',
+           'cached_rows', 'store_cache', 'run_chapter', 'run_book', 'format_timings', 'record_run', 'experiment_module',
+           'run_experiment', 'dry_run', 'build_book', 'strip_outputs', 'check_clean', 'main']
 
 # %% ../../nbs/core/05_cli.ipynb #0b3f44f8
 def _visible(p: Path) -> bool:
@@ -77,8 +78,8 @@ def has_parameters_cell(nb: dict) -> bool:
     return any("parameters" in c.get("metadata", {}).get("tags", []) for c in nb["cells"] if c["cell_type"] == "code")
 
 def execute_notebook(path: Path, slug: str, scale: str = "ci", device: str = "auto", seed: int = 0,
-                     root: str | Path | None = None, cell_timeout: int = 900) -> dict:
-    "Execute notebook `path` of chapter `slug` into book/<slug>/; return {notebook, seconds, ok, error}."
+                     root: str | Path | None = None, cell_timeout: int = 900, threads: int | None = None) -> dict:
+    "Execute notebook `path` of chapter `slug` into book/<slug>/ (on `threads` cores); return {notebook, seconds, ok, error}."
     import nbformat
     import papermill as pm
     root = repo_root(root)
@@ -87,8 +88,9 @@ def execute_notebook(path: Path, slug: str, scale: str = "ci", device: str = "au
     tmp = root / ".cache" / "running" / slug / path.name
     tmp.parent.mkdir(parents=True, exist_ok=True)
     params = dict(scale=scale, device=device, seed=seed) if has_parameters_cell(json.loads(path.read_text())) else {}
-    old_env = {k: os.environ.get(k) for k in [*KERNEL_ENV, "ICLR25_REPRO_ROOT"]}
-    os.environ.update(KERNEL_ENV, ICLR25_REPRO_ROOT=str(root))
+    env = {**KERNEL_ENV, "ICLR25_REPRO_ROOT": str(root), **(thread_env(threads) if threads else {})}
+    old_env = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)  # the kernel inherits this process's environment
     error = None
     with Timer() as t:
         try:
@@ -101,7 +103,8 @@ def execute_notebook(path: Path, slug: str, scale: str = "ci", device: str = "au
                 os.environ.pop(k, None) if v is None else os.environ.__setitem__(k, v)
     if error is None:
         nb = nbformat.read(tmp, as_version=4)
-        nbformat.write(nbformat.from_dict(book_cell_tags(nb)), out if out.parent.mkdir(parents=True, exist_ok=True) is None else out)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        nbformat.write(nbformat.from_dict(book_cell_tags(nb)), out)
         failed.unlink(missing_ok=True)
         tmp.unlink()
     else:
@@ -111,66 +114,249 @@ def execute_notebook(path: Path, slug: str, scale: str = "ci", device: str = "au
             shutil.move(str(tmp), failed)
     return {"notebook": f"{slug}/{path.name}", "seconds": round(t.seconds, 1), "ok": error is None, "error": error}
 
+# %% ../../nbs/core/05_cli.ipynb #7e08c9bf
+_PKG_REF = re.compile(r"iclr25_repro\.([a-z][a-z0-9_]*)|from \.\.([a-z][a-z0-9_]*)")
+
+def _files(folder: Path) -> list[Path]:
+    return sorted(p for p in folder.rglob("*") if p.is_file() and "__pycache__" not in p.parts
+                  and ".ipynb_checkpoints" not in p.parts and p.suffix != ".pyc")
+
+def chapter_inputs(slug: str, root: str | Path | None = None) -> list[Path]:
+    "Every file the execution of chapter `slug` depends on: its notebooks and the book's package sources it uses."
+    root = repo_root(root)
+    pkg = root / "iclr25_repro"
+    notebooks = _files(root / "nbs" / slug)
+    text = " ".join(p.read_text(encoding="utf-8", errors="ignore") for p in [*notebooks, *_files(pkg / slug)]
+                    if p.suffix in (".ipynb", ".py"))
+    used = {a or b for a, b in _PKG_REF.findall(text)} | {slug, "core"}
+    sources = [p for p in sorted(pkg.glob("*.py")) if p.name != "_modidx.py"]
+    for name in sorted(used):
+        if (pkg / name).is_dir():
+            sources += _files(pkg / name)
+    return notebooks + sources
+
+def _requirement_names(root: Path) -> list[str]:
+    names = []
+    ini = root / "settings.ini"
+    if ini.is_file():
+        for line in ini.read_text(encoding="utf-8").splitlines():
+            if re.match(r"^(dev_)?requirements\s*=", line):
+                names += line.split("=", 1)[1].split()
+    cons = root / "constraints.txt"
+    if cons.is_file():
+        names += [l.split("#")[0].strip() for l in cons.read_text(encoding="utf-8").splitlines()]
+    return sorted({re.split(r"[<>=!~\[ ;]", n, maxsplit=1)[0].lower() for n in names if n})
+
+def installed_versions(root: str | Path | None = None) -> dict[str, str | None]:
+    "{package: installed version or None} for every package settings.ini and constraints.txt name."
+    from importlib import metadata
+    out = {}
+    for name in _requirement_names(repo_root(root)):
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            out[name] = None
+    return out
+
+def chapter_key(slug: str, scale: str, device: str, seed: int, root: str | Path | None = None) -> str:
+    "The cache key of one chapter run: a SHA-256 over its inputs, the installed versions, scale, device and seed."
+    root = repo_root(root)
+    h = hashlib.sha256()
+    for p in chapter_inputs(slug, root):
+        h.update(str(p.relative_to(root)).encode() + b"\0" + hashlib.sha256(p.read_bytes()).digest())
+    meta = {"python": sys.version.split()[0], "versions": installed_versions(root), "scale": scale,
+            "device": str(pick_device(device)), "seed": int(seed)}
+    h.update(json.dumps(meta, sort_keys=True).encode())
+    return h.hexdigest()
+
+def _cache_file(slug: str, root: Path) -> Path:
+    return root / ".cache" / "chapters" / f"{slug}.json"
+
+def _outputs(slug: str, scale: str, root: Path) -> list[Path]:
+    nbs = [root / "book" / slug / p.name for p in chapter_notebooks(slug, root)]
+    res = root / "book" / "results" / slug / f"{scale}.json"
+    return nbs + ([res] if res.is_file() else [])
+
+def cached_rows(slug: str, key: str, scale: str, root: str | Path | None = None) -> list[dict] | None:
+    "The timing rows of the cached run of `slug` if its key is `key` and its outputs are intact; else None."
+    root = repo_root(root)
+    path = _cache_file(slug, root)
+    try:
+        entry = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if entry.get("key") != key:
+        return None
+    for rel, digest in entry.get("outputs", {}).items():
+        p = root / rel
+        if not p.is_file() or hashlib.sha256(p.read_bytes()).hexdigest() != digest:
+            return None
+    return [dict(r, cached=True) for r in entry["rows"]]
+
+def store_cache(slug: str, key: str, scale: str, rows: list[dict], root: str | Path | None = None) -> None:
+    "Record a successful run of `slug` (its key, its timing rows, digests of its outputs); a failed run removes the entry."
+    root = repo_root(root)
+    path = _cache_file(slug, root)
+    if not rows or not all(r["ok"] for r in rows):
+        path.unlink(missing_ok=True)
+        return
+    outputs = {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest() for p in _outputs(slug, scale, root)}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"key": key, "scale": scale, "rows": rows, "outputs": outputs}, indent=1))
+
 # %% ../../nbs/core/05_cli.ipynb #e91909fd
 CI_BUDGET_S = 90.0
+DEFAULT_JOBS = 2   # measured on the 2-core CI machine: the whole book at -j 2 is faster than at -j 1 (README)
+
+def _cpus() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:
+        return os.cpu_count() or 1
+
+def run_chapter(slug: str, scale: str = "ci", device: str = "auto", seed: int = 0, root: str | Path | None = None,
+                cell_timeout: int = 900, threads: int | None = None) -> list[dict]:
+    "Execute every notebook of chapter `slug`, in order; return their timing rows."
+    return [execute_notebook(p, slug, scale, device, seed, root, cell_timeout, threads)
+            for p in chapter_notebooks(slug, root)]
+
+def _print_rows(rows: list[dict]) -> None:
+    for row in rows:
+        print(f"  {'ok  ' if row['ok'] else 'FAIL'} {row['notebook']:<48} {row['seconds']:>7.1f} s"
+              + ("" if row["ok"] else f"  {row['error']}"), flush=True)
 
 def run_book(slugs: list[str] | None = None, scale: str = "ci", device: str = "auto", seed: int = 0,
-             root: str | Path | None = None, cell_timeout: int = 900) -> list[dict]:
-    "Execute every notebook of `slugs` (default: all chapters); print a timing table; return its rows."
+             root: str | Path | None = None, cell_timeout: int = 900, jobs: int | None = None,
+             force: bool = False) -> list[dict]:
+    "Execute the chapters `slugs` (default: all) that changed, `jobs` at a time; print a timing table; return its rows."
     if scale not in SCALES:
         raise ValueError(f"scale must be one of {SCALES}, got {scale!r}")
+    jobs = DEFAULT_JOBS if jobs is None else jobs
+    if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
+        raise ValueError(f"jobs must be a positive int, got {jobs!r}")
     pick_device(device)  # fail before any notebook starts if e.g. cuda was asked for and is absent
     root = repo_root(root)
     slugs = slugs or chapter_slugs(root)
-    jobs = [(s, p) for s in slugs for p in chapter_notebooks(s, root)]
-    for s in slugs:  # a chapter that fails now must not keep the verdicts of an earlier run on the scorecard
+    for s in slugs:
+        chapter_notebooks(s, root)  # an unknown chapter fails here, before anything runs
+    keys = {s: chapter_key(s, scale, device, seed, root) for s in slugs}
+    done = {s: None if force else cached_rows(s, keys[s], scale, root) for s in slugs}
+    todo = [s for s in slugs if done[s] is None]
+    for s in todo:  # a chapter that fails now must not keep the verdicts of an earlier run on the scorecard
         (root / "book" / "results" / s / f"{scale}.json").unlink(missing_ok=True)
-    rows = []
-    for slug, path in jobs:
-        row = execute_notebook(path, slug, scale, device, seed, root, cell_timeout)
-        print(f"  {'ok  ' if row['ok'] else 'FAIL'} {row['notebook']:<48} {row['seconds']:>7.1f} s"
-              + ("" if row["ok"] else f"  {row['error']}"), flush=True)
-        rows.append(row)
-    print(format_timings(rows, scale))
+    for s in slugs:
+        if done[s] is not None:
+            print(f"  cached {s} (inputs unchanged; --force executes it again)", flush=True)
     timings = root / ".cache" / f"timings-{scale}.json"
+    try:
+        last = {r["notebook"].split("/")[0]: 0.0 for r in json.loads(timings.read_text())}
+        for r in json.loads(timings.read_text()):
+            last[r["notebook"].split("/")[0]] += r["seconds"]
+    except (OSError, ValueError, KeyError):
+        last = {}
+    todo.sort(key=lambda s: -last.get(s, CI_BUDGET_S))  # longest first: the last chapter to start is a short one
+    jobs = min(jobs, max(len(todo), 1))
+    threads = max(1, _cpus() // jobs)
+    with Timer() as wall:
+        if jobs == 1:
+            for s in todo:
+                rows = []
+                for p in chapter_notebooks(s, root):
+                    rows.append(execute_notebook(p, s, scale, device, seed, root, cell_timeout, threads))
+                    _print_rows(rows[-1:])
+                done[s] = rows
+                store_cache(s, keys[s], scale, rows, root)
+        elif todo:
+            from concurrent.futures import ProcessPoolExecutor, as_completed
+            from multiprocessing import get_context
+            with ProcessPoolExecutor(jobs, mp_context=get_context("spawn")) as pool:
+                futures = {pool.submit(run_chapter, s, scale, device, seed, str(root), cell_timeout, threads): s
+                           for s in todo}
+                for f in as_completed(futures):
+                    s = futures[f]
+                    done[s] = f.result()
+                    _print_rows(done[s])
+                    store_cache(s, keys[s], scale, done[s], root)
+    rows = [r for s in slugs for r in done[s]]
+    print(format_timings(rows, scale, jobs=jobs, wall_s=wall.seconds))
+    timings.parent.mkdir(parents=True, exist_ok=True)
     timings.write_text(json.dumps(rows, indent=1))
     return rows
 
-def format_timings(rows: list[dict], scale: str = "ci") -> str:
-    "A plain-text table of wall time per notebook and per chapter."
+def format_timings(rows: list[dict], scale: str = "ci", jobs: int = 1, wall_s: float | None = None) -> str:
+    "A plain-text table of wall time per notebook and per chapter (cached rows marked), and the run's wall time."
     lines = [f"\n{'notebook':<50} {'seconds':>8}  status", "-" * 68]
     totals: dict[str, float] = {}
+    cached: set[str] = set()
     for r in rows:
-        lines.append(f"{r['notebook']:<50} {r['seconds']:>8.1f}  {'ok' if r['ok'] else 'FAILED'}")
+        status = ("ok" if r["ok"] else "FAILED") + (" (cached)" if r.get("cached") else "")
+        lines.append(f"{r['notebook']:<50} {r['seconds']:>8.1f}  {status}")
         slug = r["notebook"].split("/")[0]
         totals[slug] = totals.get(slug, 0.0) + r["seconds"]
+        if r.get("cached"):
+            cached.add(slug)
     lines.append("-" * 68)
     for slug, s in totals.items():
-        over = scale == "ci" and slug != "core" and s > CI_BUDGET_S
-        lines.append(f"{'chapter ' + slug:<50} {s:>8.1f}" + (f"  OVER the {CI_BUDGET_S:.0f} s ci budget" if over else ""))
+        over = scale == "ci" and jobs == 1 and slug != "core" and slug not in cached and s > CI_BUDGET_S
+        lines.append(f"{'chapter ' + slug:<50} {s:>8.1f}" + ("  (cached)" if slug in cached else "")
+                     + (f"  OVER the {CI_BUDGET_S:.0f} s ci budget" if over else ""))
     lines.append(f"{'all':<50} {sum(totals.values()):>8.1f}  {sum(not r['ok'] for r in rows)} failed")
+    if wall_s is not None:
+        lines.append(f"wall time {wall_s:.1f} s at -j {jobs}; {len(cached)} chapter(s) cached"
+                     + ("; the 90 s budget is checked at -j 1, where a chapter has the machine to itself" if jobs > 1 else ""))
     return "\n".join(lines)
 
 # %% ../../nbs/core/05_cli.ipynb #754befb3
-def record_run(slug: str, module, cfg, out: dict, runtime_s: float, root: str | Path | None = None) -> dict:
-    "Build, validate and save the results document of one `module.run(cfg)` result `out`; return it."
+def record_run(slug: str, module, cfg, out: dict, runtime_s: float, root: str | Path | None = None,
+               save: bool = True) -> dict:
+    "Build and validate the results document of one `module.run(cfg)` result `out`; save it unless `save=False`; return it."
     doc = make_results(slug, module.PAPER, cfg, out["claims"], runtime_s, seeds=out.get("seeds"),
                        device=out.get("device"), details=out.get("rows"), root=root)
-    save_results(doc, root)
+    if save:
+        save_results(doc, root)
     return doc
 
-def run_experiment(slug: str, scale: str = "full", device: str = "auto", seed: int = 0,
-                   root: str | Path | None = None) -> dict:
-    "Run `iclr25_repro.<slug>.experiment.run` at `scale` and write book/results/<slug>/<scale>.json."
+def experiment_module(slug: str):
+    "The module `iclr25_repro.<slug>.experiment` (ValueError if the chapter has none)."
     try:
-        module = importlib.import_module(f"iclr25_repro.{slug}.experiment")
+        return importlib.import_module(f"iclr25_repro.{slug}.experiment")
     except ModuleNotFoundError as e:
         raise ValueError(f"no experiment module for chapter {slug!r} ({e})") from e
-    cfg = module.Config.preset(scale, device=device, seed=seed)
+
+def run_experiment(slug: str, scale: str = "full", device: str = "auto", seed: int = 0,
+                   root: str | Path | None = None, smoke: bool = False) -> dict:
+    "Run `iclr25_repro.<slug>.experiment.run` at `scale` and write book/results/<slug>/<scale>.json (with `smoke`: capped loops on the CPU, nothing written)."
+    module = experiment_module(slug)
+    cfg = module.Config.preset(scale, smoke=smoke, device="cpu" if smoke else device, seed=seed)
     seed_everything(cfg.seed)
     with Timer() as t:
         out = module.run(cfg)
-    return record_run(slug, module, cfg, out, t.seconds, root)
+    return record_run(slug, module, cfg, out, t.seconds, root, save=not smoke)
+
+def _short(v) -> str:
+    s = repr(v)
+    return s if len(s) <= 70 else s[:67] + "..."
+
+def dry_run(slug: str, scale: str = "full", device: str = "auto", seed: int = 0) -> str:
+    "The plan of chapter `slug` at `scale`, as text: the config's differences from ci, the seeds, the chapter's `plan(cfg)`."
+    module = experiment_module(slug)
+    cfg = module.Config.preset(scale, device=device, seed=seed)
+    ci = module.Config.preset("ci", device=device, seed=seed).to_dict()
+    lines = [f"{slug} at scale {scale}: {module.PAPER['title']} (arXiv {module.PAPER['arxiv']})",
+             f"device {device}, seed {seed}", "", f"{'field':<24} {scale + ' value':<72} ci value", "-" * 110]
+    for name, value in cfg.to_dict().items():
+        if name in ("scale", "device", "seed", "smoke"):
+            continue
+        mark = "" if value == ci.get(name) else "  *"
+        lines.append(f"{name:<24} {_short(value):<72} {_short(ci.get(name))}{mark}")
+    lines.append("(* differs from ci)")
+    if hasattr(module, "plan"):
+        lines += ["", "plan:"]
+        for step in module.plan(cfg):
+            lines.append("- " + "; ".join(f"{k}: {v}" for k, v in step.items()))
+    else:
+        lines += ["", "(this chapter defines no plan(cfg): its phases are not listed)"]
+    return "\n".join(lines)
 
 # %% ../../nbs/core/05_cli.ipynb #6198a672
 def _tool(name: str) -> str:
@@ -230,12 +416,16 @@ def _parser() -> argparse.ArgumentParser:
         p.add_argument("--scale", choices=SCALES, default=default_scale)
         p.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N or mps")
         p.add_argument("--seed", type=int, default=0)
-    p = sub.add_parser("run", help="execute chapter notebooks into book/ with papermill")
+    p = sub.add_parser("run", help="execute chapter notebooks into book/ with papermill (only chapters that changed)")
     p.add_argument("slugs", nargs="*", metavar="SLUG")
+    p.add_argument("-j", "--jobs", type=int, default=DEFAULT_JOBS, help=f"chapters at a time (default {DEFAULT_JOBS})")
+    p.add_argument("--force", action="store_true", help="execute even the chapters whose inputs did not change")
     p.add_argument("--cell-timeout", type=int, default=900, help="seconds allowed to one cell")
     common(p, "ci")
     p = sub.add_parser("experiment", help="run a chapter's experiment without Jupyter; write its results JSON")
     p.add_argument("slug", metavar="SLUG")
+    p.add_argument("--smoke", action="store_true", help="every loop capped, on the CPU, no file written")
+    p.add_argument("--dry-run", action="store_true", help="print the plan, run nothing")
     common(p, "full")
     sub.add_parser("build", help="write the scorecard and build the HTML book (warnings are errors)")
     sub.add_parser("scorecard", help="write book/scorecard.md from the results files")
@@ -247,13 +437,18 @@ def main(argv: list[str] | None = None) -> int:
     "Entry point of `python -m iclr25_repro`; returns the exit status."
     args = _parser().parse_args(argv)
     if args.command == "run":
-        rows = run_book(args.slugs or None, args.scale, args.device, args.seed, cell_timeout=args.cell_timeout)
+        rows = run_book(args.slugs or None, args.scale, args.device, args.seed, cell_timeout=args.cell_timeout,
+                        jobs=args.jobs, force=args.force)
         return int(any(not r["ok"] for r in rows))
     if args.command == "experiment":
-        doc = run_experiment(args.slug, args.scale, args.device, args.seed)
+        if args.dry_run:
+            print(dry_run(args.slug, args.scale, args.device, args.seed))
+            return 0
+        doc = run_experiment(args.slug, args.scale, args.device, args.seed, smoke=args.smoke)
         for c in doc["claims"]:
-            print(f"{c['id']:<28} paper={c['paper']!s:<10} ours={c['ours']!s:<10} {c['verdict']}")
-        print(f"{doc['runtime_s']:.1f} s on {doc['device']}; wrote book/results/{args.slug}/{args.scale}.json")
+            print(f"{c['kind']:<6} {c['id']:<28} paper={c.get('paper')!s:<10} ours={c['ours']!s:<10} {c['verdict']}")
+        where = "smoke run: nothing written" if args.smoke else f"wrote book/results/{args.slug}/{args.scale}.json"
+        print(f"{doc['runtime_s']:.1f} s on {doc['device']}; {where}")
         return 0
     if args.command == "build":
         print(f"The book is at {build_book()}")

@@ -5,6 +5,7 @@
 # %% ../../nbs/core/02_results.ipynb #ae3abac6
 from __future__ import annotations
 
+import inspect
 import json
 import math
 import os
@@ -16,15 +17,76 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 # %% auto #0
-__all__ = ['VERDICTS', 'RESULT_SCALES', 'RESULTS_SCHEMA', 'verdict_from', 'claim', 'repo_root', 'results_path', 'environment',
-           'validate_results', 'make_results', 'save_results', 'load_results', 'fmt', 'claims_markdown']
+__all__ = ['KINDS', 'VERDICTS', 'CHECK_VERDICTS', 'PAPER_TESTS', 'RESULT_SCALES', 'INTERVAL_SCHEMA', 'CLAIM_SCHEMA',
+           'CHECK_SCHEMA', 'RESULTS_SCHEMA', 'INTERVAL_METHODS', 'AUTO_BOOTSTRAP_MIN', 'verdict_from', 'claim', 'check',
+           'mean_interval', 'paired_interval', 'decide', 'repo_root', 'results_path', 'environment', 'validate_results',
+           'make_results', 'save_results', 'load_results', 'fmt', 'fmt_interval', 'claims_markdown']
 
 # %% ../../nbs/core/02_results.ipynb #184ab492
-VERDICTS = ("reproduced", "partial", "not_reproduced", "not_run")
+KINDS = ("claim", "check")
+VERDICTS = ("reproduced", "partial", "not_reproduced", "not_run")   # a claim's verdicts
+CHECK_VERDICTS = ("passed", "failed")                                # a check's verdicts
+PAPER_TESTS = ("direction", "size")
 RESULT_SCALES = ("tiny", "ci", "full")
 _num_or_null = {"type": ["number", "null"]}
 _str_or_null = {"type": ["string", "null"]}
+_pair_or_null = {"type": ["array", "null"], "items": {"type": "number"}, "minItems": 2, "maxItems": 2}
+
+INTERVAL_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["of", "estimate", "lo", "hi", "level", "method", "n"],
+    "properties": {
+        "of": {"type": "string", "minLength": 1},
+        "estimate": {"type": "number"}, "lo": {"type": "number"}, "hi": {"type": "number"},
+        "level": {"type": "number", "exclusiveMinimum": 0, "exclusiveMaximum": 1},
+        "method": {"type": "string", "minLength": 1},
+        "n": {"type": "integer", "minimum": 2},
+    },
+}
+
+CLAIM_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["kind", "id", "claim", "metric", "paper", "paper_tests", "ours", "baseline", "ours_interval",
+                 "baseline_interval", "replicates", "interval", "rule", "verdict", "note"],
+    "properties": {
+        "kind": {"const": "claim"},
+        "id": {"type": "string", "pattern": "^[A-Za-z0-9_.-]+$"},
+        "claim": {"type": "string", "minLength": 1},
+        "metric": {"type": "string", "minLength": 1},
+        "paper": _num_or_null, "ours": _num_or_null, "baseline": _num_or_null,
+        "paper_tests": {"enum": [*PAPER_TESTS, None]},
+        "ours_interval": _pair_or_null, "baseline_interval": _pair_or_null,
+        "replicates": {"type": ["integer", "null"], "minimum": 1},
+        "interval": {"oneOf": [{"type": "null"}, INTERVAL_SCHEMA]},
+        "rule": {"type": "string", "minLength": 1},
+        "verdict": {"enum": list(VERDICTS)},
+        "note": {"type": "string"},
+    },
+    # a verdict other than not_run must rest on a measured number
+    "if": {"properties": {"verdict": {"enum": ["reproduced", "partial", "not_reproduced"]}}},
+    "then": {"properties": {"ours": {"type": "number"}}},
+}
+
+CHECK_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["kind", "id", "claim", "metric", "ours", "rule", "verdict", "note"],
+    "properties": {
+        "kind": {"const": "check"},
+        "id": {"type": "string", "pattern": "^[A-Za-z0-9_.-]+$"},
+        "claim": {"type": "string", "minLength": 1},
+        "metric": {"type": "string", "minLength": 1},
+        "ours": _num_or_null,
+        "rule": {"type": "string", "minLength": 1},
+        "verdict": {"enum": list(CHECK_VERDICTS)},
+        "note": {"type": "string"},
+    },
+}
 
 RESULTS_SCHEMA: dict[str, Any] = {
     "$schema": "https://json-schema.org/draft/2020-12/schema",
@@ -57,20 +119,11 @@ RESULTS_SCHEMA: dict[str, Any] = {
             "minItems": 1,
             "items": {
                 "type": "object",
-                "additionalProperties": False,
-                "required": ["id", "claim", "metric", "paper", "ours", "baseline", "rule", "verdict", "note"],
-                "properties": {
-                    "id": {"type": "string", "pattern": "^[A-Za-z0-9_.-]+$"},
-                    "claim": {"type": "string", "minLength": 1},
-                    "metric": {"type": "string", "minLength": 1},
-                    "paper": _num_or_null, "ours": _num_or_null, "baseline": _num_or_null,
-                    "rule": {"type": "string", "minLength": 1},
-                    "verdict": {"enum": list(VERDICTS)},
-                    "note": {"type": "string"},
-                },
-                # a verdict other than not_run must rest on a measured number
-                "if": {"properties": {"verdict": {"enum": ["reproduced", "partial", "not_reproduced"]}}},
-                "then": {"properties": {"ours": {"type": "number"}}},
+                "required": ["kind"],
+                "properties": {"kind": {"enum": list(KINDS)}},
+                "if": {"properties": {"kind": {"const": "check"}}},
+                "then": CHECK_SCHEMA,
+                "else": CLAIM_SCHEMA,
             },
         },
     },
@@ -84,6 +137,15 @@ def _number(x) -> float | None:
     x = float(x)  # accepts numpy and 0-d torch scalars
     return x if math.isfinite(x) else None
 
+def _pair(x, name: str) -> list[float] | None:
+    "[lo, hi] as two finite floats, or None."
+    if x is None:
+        return None
+    lo, hi = (_number(v) for v in x)
+    if lo is None or hi is None or lo > hi:
+        raise ValueError(f"{name} must be (lo, hi) with finite lo <= hi, got {x!r}")
+    return [lo, hi]
+
 def verdict_from(reproduced: bool, partial: bool = False, measured: bool = True) -> str:
     "The verdict for a rule whose full condition is `reproduced` and weaker condition is `partial`."
     if not measured:
@@ -91,14 +153,109 @@ def verdict_from(reproduced: bool, partial: bool = False, measured: bool = True)
     return "reproduced" if bool(reproduced) else ("partial" if bool(partial) else "not_reproduced")
 
 def claim(id: str, claim: str, metric: str, *, paper, ours, rule: str, reproduced: bool, partial: bool = False,
-          baseline=None, note: str = "") -> dict[str, Any]:
+          baseline=None, note: str = "", paper_tests: str | None = None, interval: dict | None = None,
+          replicates: int | None = None, ours_interval=None, baseline_interval=None) -> dict[str, Any]:
     "One claim record; the verdict is computed from `reproduced`/`partial`, which the caller computes from measurements."
     if not rule or not isinstance(rule, str):
         raise ValueError("rule must be a non-empty sentence saying how the verdict is decided")
+    if paper_tests not in (None, *PAPER_TESTS):
+        raise ValueError(f"paper_tests must be one of {PAPER_TESTS} or None, got {paper_tests!r}")
+    if paper_tests is not None and _number(paper) is None:
+        raise ValueError("paper_tests says how the rule uses the paper's number: give paper= a number, or leave it None")
+    if interval is not None:
+        missing = set(INTERVAL_SCHEMA["required"]) - set(interval)
+        if missing:
+            raise ValueError(f"interval lacks {sorted(missing)}: build it with mean_interval or paired_interval")
+        interval = {k: interval[k] for k in INTERVAL_SCHEMA["required"]}
+        replicates = interval["n"] if replicates is None else replicates
+    if replicates is not None and (isinstance(replicates, bool) or int(replicates) != replicates or replicates < 1):
+        raise ValueError(f"replicates must be a positive int, got {replicates!r}")
     ours_n = _number(ours)
-    return {"id": id, "claim": claim, "metric": metric, "paper": _number(paper), "ours": ours_n,
-            "baseline": _number(baseline), "rule": rule,
+    return {"kind": "claim", "id": id, "claim": claim, "metric": metric, "paper": _number(paper), "paper_tests": paper_tests,
+            "ours": ours_n, "baseline": _number(baseline), "ours_interval": _pair(ours_interval, "ours_interval"),
+            "baseline_interval": _pair(baseline_interval, "baseline_interval"),
+            "replicates": None if replicates is None else int(replicates), "interval": interval, "rule": rule,
             "verdict": verdict_from(reproduced, partial, measured=ours_n is not None), "note": note}
+
+def check(id: str, claim: str, metric: str, *, ours, passed: bool, rule: str, note: str = "") -> dict[str, Any]:
+    "One check record: an identity, invariant, count or guarantee by construction, and whether it held."
+    if not rule or not isinstance(rule, str):
+        raise ValueError("rule must be a non-empty sentence saying what was asserted")
+    return {"kind": "check", "id": id, "claim": claim, "metric": metric, "ours": _number(ours), "rule": rule,
+            "verdict": "passed" if bool(passed) else "failed", "note": note}
+
+# %% ../../nbs/core/02_results.ipynb #c7fec4ff
+INTERVAL_METHODS = ("auto", "t", "bca", "percentile", "basic")
+AUTO_BOOTSTRAP_MIN = 10   # "auto": the t interval below this many replicates, BCa from here on
+
+def _replicates(x, name: str) -> np.ndarray:
+    x = np.asarray(x, dtype=float)
+    if x.ndim != 1 or len(x) < 2:
+        raise ValueError(f"{name} must be a 1-d sequence of at least 2 replicates, got shape {x.shape}")
+    if not np.all(np.isfinite(x)):
+        raise ValueError(f"{name} has non-finite values: {x.tolist()}")
+    return x
+
+def _bootstrap(x: np.ndarray, stat, level: float, method: str, n_resamples: int, seed: int):
+    from scipy import stats
+    kw = "rng" if "rng" in inspect.signature(stats.bootstrap).parameters else "random_state"  # scipy >= 1.15 says rng
+    return stats.bootstrap((x,), stat, n_resamples=n_resamples, confidence_level=level, method=method, vectorized=True,
+                           axis=-1, **{kw: np.random.default_rng(seed)})
+
+def mean_interval(x, *, level: float = 0.95, method: str = "auto", statistic: str = "mean", n_resamples: int = 9999,
+                  seed: int = 0, of: str | None = None) -> dict[str, Any]:
+    "The `level` confidence interval of the mean (or median) of replicates `x`, as a claim's `interval`."
+    x = _replicates(x, "x")
+    if not 0 < level < 1:
+        raise ValueError(f"level must be in (0, 1), got {level!r}")
+    if method not in INTERVAL_METHODS:
+        raise ValueError(f"method must be one of {INTERVAL_METHODS}, got {method!r}")
+    if statistic not in ("mean", "median"):
+        raise ValueError(f"statistic must be 'mean' or 'median', got {statistic!r}")
+    n = len(x)
+    if method == "auto":
+        method = "t" if n < AUTO_BOOTSTRAP_MIN and statistic == "mean" else "bca"
+    stat = np.mean if statistic == "mean" else np.median
+    estimate = float(stat(x))
+    if np.ptp(x) == 0:  # every replicate equal: no spread to resample (scipy's BCa would return NaN)
+        lo = hi = estimate
+        name = {"t": "Student t", "bca": "BCa bootstrap"}.get(method, method + " bootstrap") + " (all replicates equal)"
+    elif method == "t":
+        if statistic != "mean":
+            raise ValueError("the t interval is an interval of the mean: use a bootstrap method for the median")
+        from scipy import stats
+        half = float(stats.t.ppf(0.5 + level / 2, n - 1) * x.std(ddof=1) / math.sqrt(n))
+        lo, hi, name = estimate - half, estimate + half, f"Student t, {n - 1} df"
+    else:
+        ci = _bootstrap(x, stat, level, "BCa" if method == "bca" else method, n_resamples, seed).confidence_interval
+        lo, hi = float(ci.low), float(ci.high)
+        name = f"{'BCa' if method == 'bca' else method} bootstrap, {n_resamples} resamples"
+        if not (math.isfinite(lo) and math.isfinite(hi)):
+            raise ValueError(f"the {name} interval is undefined for {x.tolist()}: use method='t' or 'percentile'")
+    return {"of": of or f"{statistic} over {n} replicates", "estimate": estimate, "lo": lo, "hi": hi,
+            "level": float(level), "method": name, "n": n}
+
+def paired_interval(ours, baseline, *, log: bool = False, of: str | None = None, **kwargs) -> dict[str, Any]:
+    "The interval of the mean paired difference ours - baseline (with `log`, of log(ours / baseline)) over replicates."
+    a, b = _replicates(ours, "ours"), _replicates(baseline, "baseline")
+    if a.shape != b.shape:
+        raise ValueError(f"ours and baseline must be paired replicates of the same length, got {len(a)} and {len(b)}")
+    if log:
+        if np.any(a <= 0) or np.any(b <= 0):
+            raise ValueError("log=True needs positive values on both sides")
+        d, what = np.log(a) - np.log(b), "log(ours / baseline)"
+    else:
+        d, what = a - b, "ours - baseline"
+    statistic = kwargs.get("statistic", "mean")
+    return mean_interval(d, of=of or f"{statistic} of {what}, paired over {len(d)} replicates", **kwargs)
+
+def decide(interval: dict, threshold: float = 0.0, better: str = "higher") -> dict[str, bool]:
+    "{'reproduced': the whole interval beats `threshold`, 'partial': its estimate does}, for claim(**decide(...))."
+    if better not in ("higher", "lower"):
+        raise ValueError(f"better must be 'higher' or 'lower', got {better!r}")
+    sign = 1.0 if better == "higher" else -1.0
+    edge = interval["lo"] if better == "higher" else interval["hi"]
+    return {"reproduced": bool(sign * (edge - threshold) > 0), "partial": bool(sign * (interval["estimate"] - threshold) > 0)}
 
 # %% ../../nbs/core/02_results.ipynb #de60cfe1
 def repo_root(start: str | Path | None = None) -> Path:
@@ -144,16 +301,30 @@ def environment(root: str | Path | None = None) -> dict[str, str | None]:
             "git_sha": _git_sha(repo_root(root)), "utc": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")}
 
 # %% ../../nbs/core/02_results.ipynb #be039abe
+def _kind_problems(doc: dict) -> list[str]:
+    "Records without a kind: the message says what to add (documents from before claims and checks were told apart)."
+    problems = []
+    for c in doc.get("claims") or []:
+        if isinstance(c, dict) and "kind" not in c:
+            problems.append(f"  claims/{c.get('id', '?')}: no 'kind'. Add kind='claim' (a statement of the paper whose "
+                            "outcome the run did not decide in advance: build it with claim(...)) or kind='check' (an "
+                            "identity, invariant, count or guarantee by construction: build it with check(...))")
+    return problems
+
 def _light_check(doc: dict) -> None:
     for key in RESULTS_SCHEMA["required"]:
         if key not in doc:
             raise ValueError(f"results document lacks {key!r}")
     for c in doc["claims"]:
-        if c.get("verdict") not in VERDICTS:
-            raise ValueError(f"claim {c.get('id')!r} has verdict {c.get('verdict')!r}; expected one of {VERDICTS}")
+        allowed = CHECK_VERDICTS if c.get("kind") == "check" else VERDICTS
+        if c.get("verdict") not in allowed:
+            raise ValueError(f"record {c.get('id')!r} has verdict {c.get('verdict')!r}; expected one of {allowed}")
 
 def validate_results(doc: dict) -> dict:
     "Raise `ValueError` if `doc` does not follow RESULTS_SCHEMA; return it unchanged otherwise."
+    kinds = _kind_problems(doc)
+    if kinds:
+        raise ValueError("results document does not follow the schema:\n" + "\n".join(kinds))
     try:
         import jsonschema
     except ImportError:
@@ -162,7 +333,12 @@ def validate_results(doc: dict) -> dict:
         return doc
     errors = sorted(jsonschema.Draft202012Validator(RESULTS_SCHEMA).iter_errors(doc), key=lambda e: list(e.path))
     if errors:
-        lines = [f"  {'/'.join(map(str, e.path)) or '<root>'}: {e.message}" for e in errors[:10]]
+        lines = []
+        for e in errors[:10]:
+            # an if/then/else failure is reported at the record; its sub-errors say which field is wrong
+            for leaf in ([e] if not e.context else sorted(e.context, key=lambda s: list(s.path))[:3]):
+                path = "/".join(map(str, leaf.absolute_path)) or "<root>"
+                lines.append(f"  {path}: {leaf.message}")
         raise ValueError("results document does not follow the schema:\n" + "\n".join(lines))
     return doc
 
@@ -201,11 +377,39 @@ def fmt(x, digits: int = 3) -> str:
         return f"{x:.{digits - 1}e}"
     return f"{x:.{digits}g}" if isinstance(x, float) else str(x)
 
+def fmt_interval(interval, digits: int = 3) -> str:
+    "'est [lo, hi]' for an interval dict, '[lo, hi]' for a pair, '—' for None."
+    if interval is None:
+        return "—"
+    if isinstance(interval, dict):
+        return f"{fmt(interval['estimate'], digits)} [{fmt(interval['lo'], digits)}, {fmt(interval['hi'], digits)}]"
+    return f"[{fmt(float(interval[0]), digits)}, {fmt(float(interval[1]), digits)}]"
+
+def _with_interval(x, pair) -> str:
+    return fmt(x) if pair is None else f"{fmt(x)} {fmt_interval(pair)}"
+
 def claims_markdown(claims: list[dict]) -> str:
-    "A Markdown table of claims: paper vs ours vs baseline, the rule and the verdict."
-    rows = ["| claim | metric | paper | ours | baseline | rule | verdict |", "|---|---|---|---|---|---|---|"]
+    "Markdown tables of a run's records: the claims (paper vs ours vs baseline, the interval, the verdict), then the checks."
+    rows = ["| claim | paper | ours | baseline | interval the rule uses | verdict |", "|---|---|---|---|---|---|"]
+    checks = ["| check | measured | verdict |", "|---|---|---|"]
+    rules = []
+    esc = lambda x: str(x).replace("|", "\\|").replace("\n", " ")
     for c in claims:
-        cells = [f"**{c['id']}**: {c['claim']}", c["metric"], fmt(c["paper"]), fmt(c["ours"]), fmt(c["baseline"]),
-                 c["rule"], f"**{c['verdict']}**"]
-        rows.append("| " + " | ".join(str(x).replace("|", "\\|") for x in cells) + " |")
-    return "\n".join(rows)
+        if c.get("kind") == "check":
+            checks.append("| " + " | ".join(esc(x) for x in [f"**{c['id']}**: {c['claim']}", f"{fmt(c['ours'])} ({c['metric']})",
+                                                             f"**{c['verdict']}**"]) + " |")
+            continue
+        iv = c.get("interval")
+        paper = fmt(c["paper"]) + (f" ({c['paper_tests']})" if c.get("paper_tests") else "")
+        cells = [f"**{c['id']}**: {c['claim']} (*{c['metric']}*)", paper, _with_interval(c["ours"], c.get("ours_interval")),
+                 _with_interval(c["baseline"], c.get("baseline_interval")),
+                 "—" if iv is None else f"{fmt_interval(iv)}: {iv['of']}; {iv['level']:.0%} {iv['method']}",
+                 f"**{c['verdict'].replace('_', ' ')}**"]
+        rows.append("| " + " | ".join(esc(x) for x in cells) + " |")
+        rules.append(f"- **{c['id']}** rule: {c['rule']}" + (f" Note: {c['note']}" if c.get("note") else ""))
+    parts = []
+    if len(rows) > 2:
+        parts += ["\n".join(rows), "", "\n".join(rules)]
+    if len(checks) > 2:
+        parts += ["", "\n".join(checks)]
+    return "\n".join(parts)

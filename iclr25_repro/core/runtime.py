@@ -18,7 +18,8 @@ import torch
 
 # %% auto #0
 __all__ = ['DEVICES', 'SCALES', 'pick_device', 'describe_device', 'seed_everything', 'np_rng', 'torch_rng', 'is_quiet',
-           'progress', 'map_jobs', 'one_thread', 'ScaledConfig', 'Timer']
+           'progress', 'cpu_budget', 'effective_workers', 'workers_device', 'thread_env', 'map_jobs', 'one_thread',
+           'ScaledConfig', 'Timer']
 
 # %% ../../nbs/core/01_runtime.ipynb #18befcb8
 DEVICES = ("auto", "cpu", "cuda", "mps")
@@ -43,7 +44,8 @@ def describe_device(device: str | torch.device = "auto") -> str:
     if dev.type == "cuda":
         return f"cuda ({torch.cuda.get_device_name(dev)})"
     if dev.type == "cpu":
-        return f"cpu ({torch.get_num_threads()} threads)"
+        n = torch.get_num_threads()
+        return f"cpu ({n} thread{'s' if n != 1 else ''})"
     return dev.type
 
 # %% ../../nbs/core/01_runtime.ipynb #fdb607ac
@@ -88,25 +90,57 @@ def progress(iterable=None, quiet: bool | None = None, **kwargs):
     return tqdm(iterable, disable=is_quiet() if quiet is None else quiet, **kwargs)
 
 # %% ../../nbs/core/01_runtime.ipynb #761eb855
+def cpu_budget() -> int:
+    "Cores this process may use: $ICLR25_CPUS when the runner set it, else the cores it is allowed to run on."
+    flag = os.environ.get("ICLR25_CPUS", "").strip()
+    if flag:
+        if not flag.isdigit() or int(flag) < 1:
+            raise ValueError(f"ICLR25_CPUS must be a positive integer, got {flag!r}")
+        return int(flag)
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+def effective_workers(n_workers: int) -> int:
+    "The worker processes `map_jobs` starts when asked for `n_workers`: never more than `cpu_budget()`."
+    return max(1, min(int(n_workers), cpu_budget()))
+
+def workers_device(device, n_workers: int, extra: str = "") -> str:
+    "The device a results file records for jobs run by `map_jobs`, e.g. 'cpu (2 worker processes)'."
+    n = effective_workers(n_workers)
+    return f"{device} ({n} worker process{'es' if n > 1 else ''}{', ' + extra if extra else ''})"
+
+def thread_env(threads: int) -> dict[str, str]:
+    "The variables that hold a process to `threads` cores: the OpenMP and BLAS pools, and the book's budget ICLR25_CPUS."
+    if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
+        raise ValueError(f"threads must be a positive int, got {threads!r}")
+    t = str(threads)
+    # OpenBLAS falls back to OMP_NUM_THREADS only when OPENBLAS_NUM_THREADS is unset: set every one of them
+    return {"OMP_NUM_THREADS": t, "MKL_NUM_THREADS": t, "OPENBLAS_NUM_THREADS": t, "ICLR25_CPUS": t}
+
 def map_jobs(fn, jobs: list[dict], n_workers: int = 1, desc: str = "jobs") -> list:
-    "[fn(**job) for job in jobs], in a pool of `n_workers` spawned processes when n_workers > 1; results in job order."
-    if not isinstance(n_workers, int) or n_workers < 1:
+    "[fn(**job) for job in jobs], in up to `n_workers` spawned processes (at most `cpu_budget()`); results in job order."
+    if isinstance(n_workers, bool) or not isinstance(n_workers, int) or n_workers < 1:
         raise ValueError(f"n_workers must be an int >= 1, got {n_workers!r}")
+    n_workers = min(effective_workers(n_workers), max(len(jobs), 1))
     if n_workers == 1:
         return [fn(**job) for job in progress(jobs, desc=desc)]
     from concurrent.futures import ProcessPoolExecutor
     from multiprocessing import get_context
-    previous = os.environ.get("OMP_NUM_THREADS")
-    os.environ["OMP_NUM_THREADS"] = "1"  # inherited by the workers at their start; restored below for the caller
+    one = thread_env(1)
+    previous = {k: os.environ.get(k) for k in one}
+    os.environ.update(one)  # inherited by the workers at their start (one thread each); restored below
     try:
         with ProcessPoolExecutor(n_workers, mp_context=get_context("spawn")) as pool:
             futures = [pool.submit(fn, **job) for job in jobs]
             return [f.result() for f in progress(futures, desc=desc)]
     finally:
-        if previous is None:
-            os.environ.pop("OMP_NUM_THREADS", None)
-        else:
-            os.environ["OMP_NUM_THREADS"] = previous
+        for k, v in previous.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 # %% ../../nbs/core/01_runtime.ipynb #4db2965d
 from contextlib import contextmanager
@@ -126,29 +160,46 @@ SCALES = ("tiny", "ci", "full")
 
 @dataclass
 class ScaledConfig:
-    "Base for every chapter's `Config`: the ci defaults as fields, other scales in `PRESETS`."
+    "Base for every chapter's `Config`: the ci defaults as fields, other scales in `PRESETS`, loop caps in `SMOKE`."
     scale: str = "ci"      # one of SCALES
     device: str = "auto"   # passed to `pick_device`
     seed: int = 0          # passed to `seed_everything`
+    smoke: bool = False    # True: the preset with its loops capped by SMOKE (a test of the code path, not a result)
     PRESETS: ClassVar[dict[str, dict[str, Any]]] = {"tiny": {}, "ci": {}, "full": {}}
+    SMOKE: ClassVar[dict[str, Any]] = {}
 
     def __post_init__(self):
         if self.scale not in SCALES:
             raise ValueError(f"scale must be one of {SCALES}, got {self.scale!r}")
         if not isinstance(self.device, str) or self.device.split(":")[0] not in DEVICES:
             raise ValueError(f"device must be one of {DEVICES}, got {self.device!r}")
-        if not isinstance(self.seed, int) or self.seed < 0:
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
             raise ValueError(f"seed must be a non-negative int, got {self.seed!r}")
+        if not isinstance(self.smoke, bool):
+            raise ValueError(f"smoke must be a bool, got {self.smoke!r}")
 
     @classmethod
-    def preset(cls, scale: str = "ci", **overrides):
-        "The config for `scale`, with `overrides` (field=value) applied last."
+    def preset(cls, scale: str = "ci", smoke: bool = False, **overrides):
+        "The config for `scale` (with `smoke`, its loops capped by SMOKE), with `overrides` (field=value) applied last."
         if scale not in SCALES:
             raise ValueError(f"scale must be one of {SCALES}, got {scale!r}")
         if scale not in cls.PRESETS:
             raise ValueError(f"{cls.__name__}.PRESETS defines no {scale!r} preset")
         names = {f.name for f in dataclasses.fields(cls)}
-        values = {**cls.PRESETS[scale], **overrides, "scale": scale}
+        values = {**cls.PRESETS[scale], "scale": scale}
+        if smoke:
+            if not cls.SMOKE:
+                raise ValueError(f"{cls.__name__}.SMOKE is empty: say which fields cap the loops of a smoke run")
+            unknown = sorted(set(cls.SMOKE) - names)
+            if unknown:
+                raise ValueError(f"{cls.__name__}.SMOKE names no field(s) {unknown}")
+            defaults = {f.name: f.default if f.default is not dataclasses.MISSING else f.default_factory()
+                        for f in dataclasses.fields(cls) if f.init}
+            for name, cap in cls.SMOKE.items():
+                current = values.get(name, defaults.get(name))
+                values[name] = cap(current) if callable(cap) else cap
+            values["smoke"] = True
+        values.update(overrides)
         unknown = sorted(set(values) - names)
         if unknown:
             raise ValueError(f"{cls.__name__} has no field(s) {unknown}; fields are {sorted(names)}")

@@ -12,7 +12,7 @@ from typing import ClassVar
 import numpy as np
 
 from ..core.results import claim
-from ..core.runtime import ScaledConfig, map_jobs, pick_device
+from ..core.runtime import ScaledConfig, map_jobs, pick_device, workers_device
 from .model import (BICScorer, DrBO, RandomDAGSearch, dag_metrics, dagma_graph, ges_graph, is_dag,
                                      load_sachs, simulate_linear_sem)
 
@@ -41,6 +41,8 @@ class Config(ScaledConfig):
         "full": dict(d=30, edges_per_node=4.0, seeds=(0, 1, 2), max_evals=4000, n_candidates=100_000,
                      sachs_evals=5000, baselines=("DAGMA",), n_workers=4),   # GES takes > 5 min at d = 30 ER4
     }
+    SMOKE: ClassVar[dict] = dict(seeds=lambda s: s[:1], n=200, max_evals=64, n_candidates=1000, sachs_evals=64,
+                                 n_workers=1)
 
 # %% ../../nbs/drbo/03_evaluation.ipynb #0a86b6bb
 PAPER = {"title": "Causal Discovery via Bayesian Optimization", "arxiv": "2501.14997",
@@ -156,4 +158,4 @@ def run(cfg: Config) -> dict:
     rows = [r for rs in map_jobs(dataset_job, jobs, cfg.n_workers, desc="data sets") for r in rs]
     return {"rows": rows, "claims": make_claims(rows, tuple(cfg.baselines), tuple(cfg.sachs_baselines)),
             "seeds": [cfg.seed + s for s in cfg.seeds],
-            "device": f"{dev} ({cfg.n_workers} worker process{'es' if cfg.n_workers > 1 else ''})"}
+            "device": workers_device(dev, cfg.n_workers)}

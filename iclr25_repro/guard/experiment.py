@@ -12,8 +12,8 @@ from typing import ClassVar
 import numpy as np
 import torch
 
-from ..core.results import claim
-from ..core.runtime import ScaledConfig, map_jobs, one_thread
+from ..core.results import check, claim
+from ..core.runtime import ScaledConfig, map_jobs, one_thread, workers_device
 from .model import (CausalLMProposal, TokenBoost, all_sequences, contains, dpg, estimate_report,
                                       exact_report, first_position, guard_sample, logit_boost, prompt_analogue,
                                       restricted_fit, sft, tiny_gpt2, toy_base, twisted_proposal)
@@ -62,6 +62,9 @@ class Config(ScaledConfig):
                      b_V=8, b_T=6, b_corpus=200_000, b_train_steps=2000, b_embd=64, b_budget=200_000,
                      b_mc_a=1_000_000, b_mc_q=100_000),
     }
+    SMOKE: ClassVar[dict] = dict(budgets=lambda b: b[:1], seeds=lambda s: s[:1], sft_steps=2, warm_steps=2,
+                                 guard_n=20, b_corpus=1000, b_train_steps=2, b_budget=1000, b_mc_a=1000, b_mc_q=200,
+                                 n_workers=1)
 
 # %% ../../nbs/guard/03_evaluation.ipynb #2e02310d
 PAPER = {"title": "Guaranteed Generation from Large Language Models", "arxiv": "2410.06716",
@@ -176,14 +179,14 @@ def make_claims(a: dict, b: dict | None, budgets: tuple, prompt_factor: float) -
     total = sum(g["outputs"] for g in guard)
     viol = sum(g["violations"] for g in guard)
     ar_ok = all(abs(g["z"]) <= 3 for g in guard)
-    claims = [claim("C1-guarantee", "GUARD's outputs always satisfy the constraint; its acceptance rate is AR(a').",
-                    "share of GUARD outputs satisfying the constraint (%), all proposals, both parts", paper=100,
-                    ours=100 * (total - viol) / total, rule="reproduced if no output violates the constraint and every "
-                    "empirical acceptance rate is within 3 standard errors of the exact AR; partial if only the first",
-                    reproduced=viol == 0 and ar_ok, partial=viol == 0,
-                    note=f"{total} outputs, {viol} violations (zero by construction: the sampler filters with the same b "
-                         f"that counts violations; the verdict's test is the acceptance rates); largest |z| of the "
-                         f"acceptance rates: {max(abs(g['z']) for g in guard):.2f}")]
+    claims = [check("C1-guarantee", "GUARD's outputs always satisfy the constraint; its acceptance rate is AR(a').",
+                    "share of GUARD outputs satisfying the constraint (%), all proposals, both parts",
+                    ours=100 * (total - viol) / total, passed=viol == 0 and ar_ok,
+                    rule="no output violates the constraint (a guarantee by construction: the sampler filters with the "
+                         "same b that counts violations) and every empirical acceptance rate is within 3 standard "
+                         "errors of the exact AR",
+                    note=f"{total} outputs, {viol} violations; largest |z| of the acceptance rates: "
+                         f"{max(abs(g['z']) for g in guard):.2f}; the paper's guarantee is 100%")]
     rows, B, Z = a["rows"], max(budgets), a["Z"]
     kl_ga = {n: _mean(rows, n, "kl_g_aprime", B) for n in ("SFT", "DPG", "warm-start DPG")}
     best = min(("DPG", "warm-start DPG"), key=kl_ga.get)
@@ -242,7 +245,7 @@ def run(cfg: Config) -> dict:
     res_b, res_a = map_jobs(_job, [dict(part="b", kwargs=jb), dict(part="a", kwargs=ja)], cfg.n_workers, desc="parts")
     return {"a": res_a, "b": res_b, "claims": make_claims(res_a, res_b, tuple(cfg.budgets), cfg.prompt_factor),
             "seeds": [cfg.seed + s for s in cfg.seeds], "rows": res_a["rows"] + res_b["rows"],
-            "device": f"cpu ({cfg.n_workers} worker process{'es' if cfg.n_workers > 1 else ''})"}
+            "device": workers_device("cpu", cfg.n_workers)}
 
 def _job(part: str, kwargs: dict) -> dict:
     "One part on one thread (the caller's thread count is restored)."

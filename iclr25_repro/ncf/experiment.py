@@ -13,7 +13,7 @@ import numpy as np
 import torch
 
 from ..core.results import claim
-from ..core.runtime import ScaledConfig, map_jobs, one_thread, pick_device
+from ..core.runtime import ScaledConfig, map_jobs, one_thread, pick_device, workers_device
 from .model import NCF, generate, glycolytic_system, lotka_volterra_system
 
 # %% auto #0
@@ -51,6 +51,8 @@ class Config(ScaledConfig):
                      "NCF-t2"), members=3, context_dim=256, width=64, pool=6, steps=3000, lr=1e-3, ctx_lr=1e-3,
                      joint=False, cosine=False, method="rk4", adapt_steps=1500, adapt_lr=3e-3, substeps=5, n_workers=4),
     }
+    SMOKE: ClassVar[dict] = dict(members=2, n_train_traj=1, n_test_traj=2, steps=1, inner=1, adapt_steps=1, substeps=1,
+                                 n_workers=1)
 
 # %% ../../nbs/ncf/03_evaluation.ipynb #a89c0473
 PAPER = {"title": "Neural Context Flows for Meta-Learning of Dynamical Systems", "arxiv": "2405.02154",
@@ -165,7 +167,7 @@ def run(cfg: Config) -> dict:
             | {f"r2_{k}": v for k, v in r.get("context_r2", {}).items()} for r in results]
     return {"results": results, "rows": rows, "claims": make_claims(results, cfg.systems[0]),
             "seeds": [cfg.seed], "members": cfg.members,
-            "device": f"{device} ({cfg.n_workers} worker process{'es' if cfg.n_workers > 1 else ''})",
+            "device": workers_device(device, cfg.n_workers),
             "params": {s: [p for p in datasets[s]["system"].train_envs] for s in cfg.systems},
             "adapt_params": {s: [p for p in datasets[s]["system"].adapt_envs] for s in cfg.systems}}
 

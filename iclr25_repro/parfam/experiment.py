@@ -17,7 +17,7 @@ import numpy as np
 import sympy as sp
 
 from ..core.results import claim
-from ..core.runtime import ScaledConfig, map_jobs, one_thread
+from ..core.runtime import ScaledConfig, map_jobs, one_thread, workers_device
 
 # %% auto #0
 __all__ = ['PROBLEMS', 'MAX_OPS', 'METHODS', 'PAPER', 'Problem', 'round_floats', 'resolve_abs', 'is_symbolic_solution',
@@ -210,6 +210,7 @@ class Config(ScaledConfig):
                      parfam_params=dict(functions=("sqrt", "exp", "sin", "cos"), n_hops=10, max_degree_output=3,
                                         max_degree_output_denominator=3, max_degree_input_denominator=1)),
     }
+    SMOKE: ClassVar[dict] = dict(problems=lambda p: p[:2], budget_s=0.3, n_train=100, n_test=100, n_workers=1)
 
 def _problem(name: str) -> Problem:
     for p in PROBLEMS:
@@ -311,4 +312,4 @@ def run(cfg: Config) -> dict:
             for p in cfg.problems for nz in cfg.noises for m in cfg.methods if nz == 0 or m in cfg.noisy_methods]
     rows = map_jobs(run_job, jobs, cfg.n_workers, desc="jobs")
     return {"rows": rows, "claims": make_claims(rows, cfg.noises), "seeds": [cfg.seed],
-            "device": f"cpu ({cfg.n_workers} worker process{'es' if cfg.n_workers > 1 else ''}, 1 thread each)"}
+            "device": workers_device("cpu", cfg.n_workers, "1 thread each")}

@@ -12,7 +12,7 @@ from typing import ClassVar
 import numpy as np
 import torch
 
-from ..core.results import claim
+from ..core.results import check, claim
 from ..core.runtime import ScaledConfig, pick_device
 from .model import (ARENA_MIX, ARITHMETIC_MIX, A_WINS, B_WINS, CHAT_MIX, JUDGE_MIX,
                                          KNOWLEDGE_MIX, TIE, BertRouter, MFRouter, Preferences, RandomRouter,
@@ -52,6 +52,9 @@ class Config(ScaledConfig):
                      repeats=(0, 1, 2, 3, 4), n_tiers=10, mf_dim=128, mf_epochs=10, mf_batch=64, mf_lr=3e-4,
                      bert_finetune_steps=300, throughput_requests=200),
     }
+    SMOKE: ClassVar[dict] = dict(arena_prompts=60, battles_per_prompt=2, n_gold=20, n_judge=30, n_bench=40,
+                                 repeats=lambda r: r[:1], random_repeats=2, mf_epochs=1, bert_finetune_steps=2,
+                                 throughput_requests=2)
 
 # %% ../../nbs/routellm/03_evaluation.ipynb #b51b4b5f
 PAPER = {"title": "RouteLLM: Learning to Route LLMs with Preference Data", "arxiv": "2406.18665",
@@ -304,14 +307,13 @@ def make_claims(summary: dict, speed: dict) -> list[dict]:
         note=f"best: {best}; random bar {bar:.3f}; paper: Claude-3 Opus/Sonnet 0.772 (SW) vs random 0.493"))
     fast = speed["MF"] >= 10 and speed["BERT"] >= 10
     sw_slowest = speed["SW ranking"] < min(speed["MF"], speed["BERT"])
-    claims.append(claim(
+    claims.append(check(
         "C4-overhead", "Routing adds little overhead: learned routers serve many requests per second, and the "
         "similarity-weighted router, which refits per request, is the slowest.",
         "requests per second of the MF router at batch size 1 on 2 CPU cores, embedding included",
-        paper=155, ours=speed["MF"], baseline=speed["SW ranking"],
-        rule="reproduced if MF and BERT each serve at least 10 requests/s and SW is the slowest router; partial if "
-             "only the first holds",
-        reproduced=fast and sw_slowest, partial=fast,
+        ours=speed["MF"], passed=fast and sw_slowest,
+        rule="MF and BERT each serve at least 10 requests/s and SW is the slowest router (a floor far below any real "
+             "cost, and SW's refit per request makes it the slowest by construction: a measurement, not a claim)",
         note=f"ours: MF {speed['MF']:.0f}, BERT {speed['BERT']:.0f}, SW {speed['SW ranking']:.1f}, encoder alone "
              f"{speed['encoder only']:.0f} req/s (2 CPU cores); paper: MF 155, BERT 70, SW 2.9 req/s on their "
              "hardware, with OpenAI embeddings over the network for SW and MF"))

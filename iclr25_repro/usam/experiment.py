@@ -11,7 +11,7 @@ from typing import ClassVar
 import numpy as np
 
 from ..core.results import claim
-from ..core.runtime import ScaledConfig, map_jobs, one_thread
+from ..core.runtime import ScaledConfig, map_jobs, one_thread, workers_device
 from .optim import er_constants, least_squares, theory_step_sizes, unified_sam_ls
 
 # %% auto #0
@@ -42,6 +42,7 @@ class Config(ScaledConfig):
         "full": dict(n=100, d_det=100, d_stoch=10, det_steps=3000, dec_epochs=20000, imp_epochs=1000, epochs=200,
                      n_workers=8),
     }
+    SMOKE: ClassVar[dict] = dict(det_steps=5, dec_epochs=2, imp_epochs=2, epochs=1, seeds=lambda s: s[:1], n_workers=1)
 
 # %% ../../nbs/usam/03_evaluation.ipynb #a8f531e9
 def fit_line(y: np.ndarray) -> tuple[float, float]:
@@ -202,4 +203,4 @@ def run(cfg: Config) -> dict:
     a = part_a(cfg)
     rows = part_b(cfg)
     return {"part_a": a, "rows": rows, "claims": make_claims(a, rows), "seeds": [cfg.seed + s for s in cfg.seeds],
-            "device": f"cpu ({cfg.n_workers} worker process{'es' if cfg.n_workers > 1 else ''})"}
+            "device": workers_device("cpu", cfg.n_workers)}
