@@ -3,6 +3,7 @@ on the CPU, writing no results file. Keeps a full preset from rotting before a G
 import dataclasses
 import importlib
 import os
+import re
 import time
 
 import pytest
@@ -27,12 +28,20 @@ def chapters_with_experiments():
     return sorted(p.parent.name for p in (ROOT / "iclr25_repro").glob("*/experiment.py"))
 
 
+def covered_by_chapter_tests(slug: str) -> bool:
+    "True when tests/test_<slug>.py runs the smoke itself (a test function whose name says smoke)."
+    path = ROOT / "tests" / f"test_{slug}.py"
+    return path.is_file() and re.search(r"^def test_\w*smoke\w*\(", path.read_text(), re.M) is not None
+
+
 def test_every_slow_chapter_exists():
     assert set(LONG) | set(SLOW) <= set(chapters_with_experiments())
 
 
 @pytest.mark.parametrize("slug", chapters_with_experiments())
 def test_full_preset_smoke(slug, tmp_root):
+    if covered_by_chapter_tests(slug):
+        pytest.skip(f"tests/test_{slug}.py runs this chapter's smoke run")
     if slug in SLOW and os.environ.get("ICLR25_SLOW") != "1":
         pytest.skip(f"{slug}: {SLOW[slug]} (ICLR25_SLOW=1 runs it)")
     module = importlib.import_module(f"iclr25_repro.{slug}.experiment")
