@@ -403,10 +403,12 @@ def claims_markdown(claims: list[dict]) -> str:
         paper = fmt(c["paper"]) + (f" ({c['paper_tests']})" if c.get("paper_tests") else "")
         cells = [f"**{c['id']}**: {c['claim']} (*{c['metric']}*)", paper, _with_interval(c["ours"], c.get("ours_interval")),
                  _with_interval(c["baseline"], c.get("baseline_interval")),
-                 "—" if iv is None else f"{fmt_interval(iv)}: {iv['of']}; {iv['level']:.0%} {iv['method']}",
+                 "—" if iv is None else fmt_interval(iv),
                  f"**{c['verdict'].replace('_', ' ')}**"]
         rows.append("| " + " | ".join(esc(x) for x in cells) + " |")
-        rules.append(f"- **{c['id']}** rule: {c['rule']}" + (f" Note: {c['note']}" if c.get("note") else ""))
+        where = "" if iv is None else (f" Interval: {iv['of']}, {iv['level']:.0%} {iv['method']}, "
+                                       f"{iv['n']} replicates.")
+        rules.append(f"- **{c['id']}** rule: {c['rule'].rstrip('.')}.{where}" + (f" Note: {c['note']}" if c.get("note") else ""))
     parts = []
     if len(rows) > 2:
         parts += ["\n".join(rows), "", "\n".join(rules)]

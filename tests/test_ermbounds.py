@@ -1,0 +1,254 @@
+"""Tests of iclr25_repro.ermbounds: the box class, the k-copy identity, the batched ERM trainer against a loop, the
+distributions, the bounds against hand computations, bad inputs, a tiny run and the full preset's smoke run."""
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from iclr25_repro.core import cli
+from iclr25_repro.ermbounds import experiment
+from iclr25_repro.ermbounds.model import (BoxReLUNet, Clusters, Teacher, accuracy, best_of, check_inputs, check_labels,
+                                          coverage_accuracy, empirical_risk, erm_bound, fit_erm, fixed_margin_bound,
+                                          k_copy, margin_bound, margins, rademacher_bound, rademacher_mc,
+                                          robust_accuracy, vc_bound)
+
+
+def _data(N=60, n=3, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    X = torch.rand(N, n, generator=g, dtype=torch.float64)
+    y = torch.where(X[:, 0] + 0.5 * X[:, 1] > 0.75, 1.0, -1.0).double()
+    return X, y
+
+
+def test_box_projection_and_parameters():
+    net = BoxReLUNet(3, 7, generator=torch.Generator().manual_seed(0))
+    assert net.max_abs() <= 1.0 and net(torch.rand(5, 3)).shape == (5,)
+    with torch.no_grad():
+        net.a.mul_(50)
+    assert net.max_abs() > 1.0 and net.project_().max_abs() == 1.0
+    with pytest.raises(ValueError, match="box"):
+        BoxReLUNet.from_params(torch.ones(2, 3) * 1.01, torch.zeros(2), torch.zeros(2))
+    with pytest.raises(ValueError, match="shapes"):
+        BoxReLUNet.from_params(torch.ones(2, 3), torch.zeros(3), torch.zeros(2))
+    for bad in [dict(n=0, width=3), dict(n=2, width=0), dict(n=2, width=True), dict(n=2.5, width=3)]:
+        with pytest.raises(ValueError):
+            BoxReLUNet(**bad)
+
+
+def test_k_copy_identity():
+    X, y = _data()
+    net = BoxReLUNet(3, 5, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    for k in (1, 3, 10):
+        big = k_copy(net, k)
+        assert big.width == 5 * k and big.max_abs() <= 1.0
+        assert torch.allclose(big(X), k * net(X), atol=1e-12, rtol=0)
+        assert torch.allclose(margins(big, X, y), k * margins(net, X, y), atol=1e-12)
+    with pytest.raises(ValueError, match="k"):
+        k_copy(net, 0)
+
+
+def test_batched_trainer_equals_a_loop_over_single_networks():
+    "Adam is elementwise and the summed objective separates: each net follows its own trajectory (float64)."
+    X, y = _data(60)
+    X2, y2 = _data(25, seed=1)
+    make = lambda: [BoxReLUNet(3, w, generator=torch.Generator().manual_seed(w), dtype=torch.float64) for w in (2, 9, 4)]
+    datasets = [(X, y), (X2, y2), (X[:40], y[:40])]
+    together = make()
+    risks = fit_erm(together, [d[0] for d in datasets], [d[1] for d in datasets], steps=60, lr=0.05,
+                    box=[True, False, True], loss="logistic")
+    alone = make()
+    for net, (Xi, yi), box in zip(alone, datasets, [True, False, True]):
+        fit_erm([net], [Xi], [yi], steps=60, lr=0.05, box=box)
+    for a, b, (Xi, yi), r in zip(together, alone, datasets, risks):
+        for p, q in zip(a.parameters(), b.parameters()):
+            assert torch.allclose(p, q, atol=1e-10, rtol=0)
+        assert abs(r - empirical_risk(a, Xi, yi)) < 1e-12
+    assert together[0].max_abs() <= 1.0 and together[2].max_abs() <= 1.0
+
+
+def test_trainer_without_box_leaves_it_and_reference_loop_matches_hand_adam():
+    "A plain-PyTorch reference: one net, nn.Module + torch.optim.Adam + clamp, the same numbers as fit_erm."
+    X, y = _data(40)
+    ref = BoxReLUNet(3, 6, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
+    net = BoxReLUNet(3, 6, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
+    opt = torch.optim.Adam(ref.parameters(), lr=0.05)
+    for _ in range(30):
+        opt.zero_grad()
+        torch.nn.functional.softplus(-y * ref(X)).mean().backward()
+        opt.step()
+        ref.project_()
+    fit_erm([net], [X], [y], steps=30, lr=0.05)
+    for p, q in zip(ref.parameters(), net.parameters()):
+        assert torch.allclose(p, q, atol=1e-10, rtol=0)
+    free = BoxReLUNet(3, 6, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
+    fit_erm([free], [X], [y], steps=400, lr=0.2, box=False)
+    assert free.max_abs() > 1.0                      # nothing holds an unconstrained net in the box
+
+
+def test_losses_and_best_of():
+    X, y = _data(50)
+    nets = [BoxReLUNet(3, 8, generator=torch.Generator().manual_seed(s), dtype=torch.float64) for s in range(3)]
+    for loss in ("logistic", "hinge", "square"):
+        fit_erm(nets, [X] * 3, [y] * 3, steps=50, lr=0.05, loss=loss)
+    best, risk = best_of(nets, X, y)
+    assert risk == min(empirical_risk(t, X, y) for t in nets) and best in nets
+    with pytest.raises(ValueError, match="loss"):
+        fit_erm(nets, [X] * 3, [y] * 3, loss="zero-one")
+    m = torch.tensor([-1.0, 0.0, 0.5, 1.0, 3.0])
+    from iclr25_repro.ermbounds.model import hinge_loss, logistic_loss, square_loss
+    assert torch.allclose(hinge_loss(m), torch.tensor([2.0, 1.0, 0.5, 0.0, 0.0]))
+    assert torch.allclose(square_loss(m), torch.tensor([4.0, 1.0, 0.25, 0.0, 4.0]))
+    assert torch.allclose(logistic_loss(m), torch.log1p(torch.exp(-m)))
+
+
+def test_bad_inputs():
+    X, y = _data(10)
+    net = BoxReLUNet(3, 4, dtype=torch.float64)
+    with pytest.raises(ValueError, match=r"\[0, 1\]"):
+        check_inputs(X + 1.0)
+    with pytest.raises(ValueError, match="shape"):
+        check_inputs(torch.rand(5))
+    with pytest.raises(ValueError, match="-1 and \\+1"):
+        check_labels(torch.tensor([0.0, 1.0]))
+    with pytest.raises(ValueError, match="labels for"):
+        accuracy(net, X, y[:5])
+    with pytest.raises(ValueError, match="same length"):
+        fit_erm([net], [X, X], [y])
+    with pytest.raises(ValueError, match="steps"):
+        fit_erm([net], [X], [y], steps=0)
+    with pytest.raises(ValueError, match="dimension"):
+        fit_erm([net], [torch.rand(10, 2).double()], [y])
+    for bad in [dict(n=0, width=4), dict(n=2, width=1), dict(n=2, width=4, quantile=1.5)]:
+        with pytest.raises(ValueError):
+            Teacher(**bad)
+    with pytest.raises(ValueError, match="could not place"):
+        Clusters(1, 50, radius=0.2)
+    with pytest.raises(ValueError, match="W"):
+        erm_bound(4, 8, 0.1, 4, 100)
+    with pytest.raises(ValueError, match="delta"):
+        erm_bound(4, 4, 0.1, 8, 100, delta=1.5)
+    with pytest.raises(ValueError, match="eps"):
+        robust_accuracy(net, X, y, eps=-0.1)
+
+
+def test_teacher_is_expressed_by_its_network_and_deterministic():
+    T = Teacher(4, 4, quantile=0.3, seed=2)
+    X, y = T.sample(3000, np.random.default_rng(0))
+    assert T.net.max_abs() <= 1.0 and float(margins(T.net, X, y).min()) >= T.c > 0
+    assert 0.3 < float((y > 0).double().mean()) < 0.7                     # the constant unit balances the labels
+    U = Teacher(4, 4, quantile=0.3, seed=2)
+    assert U.c == T.c and torch.equal(U.sample(50, np.random.default_rng(1))[0], T.sample(50, np.random.default_rng(1))[0])
+
+
+def test_clusters_are_separated_and_coverage_formula_matches_simulation():
+    D = Clusters(5, 20, radius=0.05, seed=1)
+    X, y, cell = D.sample(2000, np.random.default_rng(0))
+    assert np.all(np.abs(X.numpy() - D.centres[cell]).max(1) <= D.radius + 1e-12)
+    assert np.all(y.numpy() == D.labels[cell])
+    rng = np.random.default_rng(3)
+    for N in (5, 20, 80):
+        sim = np.mean([0.5 + 0.5 * len(set(rng.integers(0, 20, N).tolist())) / 20 for _ in range(4000)])
+        assert abs(sim - coverage_accuracy(20, N)) < 0.005
+    assert coverage_accuracy(20, 0) == 0.5
+
+
+def test_bounds_against_hand_computations():
+    assert rademacher_bound(4, 10, 100) == pytest.approx(2 * 10 * 5 / 10)
+    e = erm_bound(n=3, W0=5, c=0.4, W=52, N=10_000, delta=0.01)           # k = 10 (W is not a multiple of W0)
+    l = lambda t: math.log1p(math.exp(-t))
+    assert e["k"] == 10 and e["gamma"] == pytest.approx(2.0)
+    assert e["margin"] == pytest.approx(l(4.0) / l(2.0))
+    assert e["complexity"] == pytest.approx(2 / 2.0 * 2 * 52 * 4 / 100)
+    assert e["confidence"] == pytest.approx(math.sqrt(math.log(100) / 20_000))
+    assert e["bound"] == pytest.approx(1 - e["margin"] - e["complexity"] - e["confidence"])
+    assert margin_bound(0.1, 3, 52, 10_000, 2.0, 0.01) == pytest.approx(1 - 0.1 / l(2.0) - e["complexity"] - e["confidence"])
+    P = 7 * 6
+    d = P * math.log2(P)
+    assert vc_bound(4, 7, 10**6, 0.05) == pytest.approx(1 - math.sqrt(8 * (d * math.log(2 * math.e * 10**6 / d)
+                                                                          + math.log(80)) / 10**6))
+    assert vc_bound(4, 7, 10, 0.05) == -math.inf                          # fewer samples than the VC dimension
+    assert fixed_margin_bound(4, 7, 10**4) > fixed_margin_bound(4, 70, 10**4)
+    # width cancels: at exact multiples of W0 the complexity term of our bound is the same for every width
+    terms = [erm_bound(3, 5, 0.4, 5 * k, 10_000)["complexity"] for k in (1, 4, 16)]
+    assert max(terms) - min(terms) < 1e-12
+
+
+def test_rademacher_estimate_factorises_and_stays_below_the_bound():
+    X, _ = _data(80, n=2)
+    one, se = rademacher_mc(X, W=1, n_sigma=8, restarts=4, steps=80)
+    five, _ = rademacher_mc(X, W=5, n_sigma=8, restarts=4, steps=80)
+    assert five == pytest.approx(5 * one, rel=1e-12) and 0 < one <= rademacher_bound(2, 1, 80) and se > 0
+
+
+def test_robust_accuracy_is_at_most_clean_accuracy():
+    T = Teacher(3, 4, seed=0)
+    X, y = T.sample(500, np.random.default_rng(0))
+    assert robust_accuracy(T.net, X, y, 0.0) == accuracy(T.net, X, y) == 1.0
+    assert robust_accuracy(T.net, X, y, 0.1) <= robust_accuracy(T.net, X, y, 0.02) <= 1.0
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    cfg = experiment.Config.preset("tiny")
+    return cfg, experiment.run(cfg)
+
+
+def test_tiny_run(tiny):
+    cfg, out = tiny
+    assert [c["id"] for c in out["claims"]] == ["C1-erm", "C2-necessity", "C3-loss", "K1-box", "K2-zero-error",
+                                                "K3-approx-erm", "K4-bound-holds", "K5-rademacher"]
+    for c in out["claims"]:
+        if c["kind"] == "claim":
+            assert c["interval"]["n"] == len(cfg.seeds) == c["replicates"]
+    parts = {r["part"] for r in out["rows"]}
+    assert parts == {"teacher", "svc", "clusters", "losses", "rademacher"}
+    assert all(r["max_abs"] <= 1.0 for r in out["rows"] if r["part"] in ("clusters", "losses"))
+    assert all(r["max_abs"] <= 1.0 for r in out["rows"] if r["part"] == "teacher" and r["box"])
+
+
+def test_tiny_run_is_deterministic(tiny):
+    cfg, out = tiny
+    again = experiment.run(cfg)
+    assert again["claims"] == out["claims"]
+
+
+def test_make_claims_rules_at_their_boundaries():
+    cfg = experiment.Config.preset("tiny")
+    def rows(rise, gap, cl_gap, loss_gap):
+        out = []
+        for s in cfg.seeds:
+            e = 0.001 * (s - 1)                   # a spread across seeds, so the intervals have width
+            for W in (4, 16):
+                for N, base in ((20, 0.97), (80, 0.97 + rise)):
+                    out.append(dict(part="teacher", n=4, W0=4, seed=s, N=N, W=W, box=True, train_acc=1.0,
+                                    test_acc=base + (gap if W == 16 else 0.0) + e, risk=0.1, kcopy_risk=0.2,
+                                    max_abs=1.0, own_bound=-5.0))
+            for N in cfg.cl_Ns:
+                out.append(dict(part="clusters", seed=s, N=N, train_acc=1.0, test_acc=0.7 + cl_gap + e,
+                                predicted=0.7, max_abs=1.0))
+            for loss in cfg.losses:
+                out.append(dict(part="losses", seed=s, N=20, loss=loss, train_acc=1.0, margin_median=1.0,
+                                test_acc=0.95 + (loss_gap if loss == "logistic" else 0.0) + e, max_abs=1.0))
+        out += [dict(part="rademacher", N=N, estimate_per_unit=1 / math.sqrt(N), bound_per_unit=2 / math.sqrt(N))
+                for N in (20, 80)]
+        return out
+    v = lambda *a: {c["id"]: c["verdict"] for c in experiment.make_claims(rows(*a), cfg)}
+    good = v(0.02, 0.0, 0.0, 0.02)
+    assert good["C1-erm"] == "reproduced" and good["C2-necessity"] == "reproduced" and good["C3-loss"] == "reproduced"
+    assert v(0.0, 0.0, 0.0, 0.0)["C1-erm"] == "partial"             # no rise with N, but no worse either
+    assert v(0.02, -0.01, 0.0, 0.0)["C1-erm"] == "partial"          # rises, but wider is a point worse
+    assert v(0.0, -0.01, 0.0, 0.0)["C1-erm"] == "not_reproduced"
+    assert v(0.02, 0.0, 0.048, 0.0)["C2-necessity"] == "partial"    # mean within 0.05, interval reaches past it
+    assert v(0.02, 0.0, 0.06, 0.0)["C2-necessity"] == "not_reproduced"
+    assert v(0.02, 0.0, 0.0, -0.01)["C3-loss"] == "not_reproduced"
+    checks = {c["id"]: c["verdict"] for c in experiment.make_claims(rows(0.02, 0.0, 0.0, 0.0), cfg) if c["kind"] == "check"}
+    assert set(checks.values()) == {"passed"}
+
+
+def test_full_preset_smoke(tmp_root):
+    doc = cli.run_experiment("ermbounds", "full", "cpu", 0, smoke=True)
+    assert doc["config"]["smoke"] and doc["config"]["teachers"] == [[8, 8], [8, 32], [16, 8], [16, 32]]
+    assert doc["config"]["width_mults"] == [1, 8, 32, 128] and not (tmp_root / "book" / "results").exists()
+    plan = experiment.plan(experiment.Config.preset("full"))
+    assert [p["phase"] for p in plan][:2] == ["teacher-student grid", "clusters (section 5)"]
