@@ -6,14 +6,15 @@
 from __future__ import annotations
 
 import math
+import numbers
 from typing import Callable
 
 import numpy as np
 import torch
 
 # %% auto #0
-__all__ = ['lambda_schedule', 'perturbation_scale', 'UnifiedSAM', 'least_squares', 'ls_loss', 'er_constants', 'theory_step_sizes',
-           'decreasing_steps', 'unified_sam_ls']
+__all__ = ['lambda_schedule', 'perturbation_scale', 'UnifiedSAM', 'least_squares', 'ls_problem', 'ls_loss', 'er_constants',
+           'theory_step_sizes', 'decreasing_steps', 'unified_sam_ls', 'unified_sam_ls_runs', 'convergence_fit']
 
 # %% ../../nbs/usam/02_implementation.ipynb #1c9cf3b7
 def lambda_schedule(lam) -> Callable[[int], float]:
@@ -31,9 +32,13 @@ def lambda_schedule(lam) -> Callable[[int], float]:
                 raise ValueError(f"lam: the schedule returned {v} at step {t}; expected a value in [0, 1]")
             return v
         return checked
-    if isinstance(lam, (int, float)) and not isinstance(lam, bool) and 0.0 <= lam <= 1.0:
+    if isinstance(lam, numbers.Real) and not isinstance(lam, bool) and 0.0 <= float(lam) <= 1.0:
         return lambda t: float(lam)
     raise ValueError(f"lam must be a number in [0, 1], '1/t', '1-1/t' or a callable, got {lam!r}")
+
+def _check_rho(rho, name: str = "rho") -> None:
+    if isinstance(rho, bool) or not isinstance(rho, numbers.Real) or not math.isfinite(rho) or rho < 0:
+        raise ValueError(f"{name} must be a finite number >= 0, got {rho!r}")
 
 def perturbation_scale(rho: float, lam: float, grad_norm: float, eps: float = 1e-12) -> float:
     "rho * (1 - lam + lam / ||g||): the factor multiplying the gradient in the ascent step."
@@ -47,13 +52,14 @@ class UnifiedSAM(torch.optim.Optimizer):
                  lam=1.0,                   # number in [0, 1], '1/t', '1-1/t' or callable t -> [0, 1]
                  eps: float = 1e-12,        # added to the gradient norm
                  **base_kwargs):            # passed to base_optimizer (lr, momentum, weight_decay, ...)
-        if not (isinstance(rho, (int, float)) and rho >= 0):
-            raise ValueError(f"rho must be a number >= 0, got {rho!r}")
+        _check_rho(rho)
         if not (isinstance(base_optimizer, type) and issubclass(base_optimizer, torch.optim.Optimizer)):
             raise ValueError(f"base_optimizer must be a torch.optim.Optimizer class, got {base_optimizer!r}")
         self._lam = lambda_schedule(lam)
         self.lam, self.eps, self.steps = lam, eps, 0
         super().__init__(params, dict(rho=rho, **base_kwargs))
+        for group in self.param_groups:   # a group may set its own rho
+            _check_rho(group["rho"], "rho of a parameter group")
         self.base_optimizer = base_optimizer(self.param_groups, **base_kwargs)
         self.param_groups = self.base_optimizer.param_groups
         self.defaults.update(self.base_optimizer.defaults)
@@ -133,7 +139,15 @@ def least_squares(n: int, d: int, cond: float = 10.0, consistent: bool = True, r
     A = A * np.exp(row_spread * rng.standard_normal(n))[:, None]       # uneven rows: L_i differ
     x_true = rng.standard_normal(d)
     b = A @ x_true + (0.0 if consistent else 0.5 * rng.standard_normal(n))
+    return ls_problem(A, b)
+
+def ls_problem(A: np.ndarray, b: np.ndarray) -> dict:
+    "The least-squares problem f(x) = (1/n) sum_i (a_i^T x - b_i)^2 / 2 with its constants: L, mu, L_i, x_star, f_star."
+    A, b = np.asarray(A, dtype=float), np.asarray(b, dtype=float)
+    n, d = A.shape
     eig = np.linalg.eigvalsh(A.T @ A / n)
+    if eig[0] <= 1e-12 * max(eig[-1], 1e-300):
+        raise ValueError("A^T A is singular: the problem is not PL (need full column rank)")
     x_star = np.linalg.lstsq(A, b, rcond=None)[0]
     L_i = np.sum(A ** 2, axis=1)
     return {"A": A, "b": b, "n": n, "d": d, "L": eig[-1], "mu": eig[0], "L_i": L_i, "L_max": L_i.max(),
@@ -146,11 +160,11 @@ def ls_loss(A, b, x) -> float:
 
 # %% ../../nbs/usam/02_implementation.ipynb #605101a4
 def er_constants(n: int, tau: int, L: float, sampling: str = "uniform", L_avg: float | None = None) -> tuple[float, float, float]:
-    "(A, B, L) for tau-nice uniform sampling (L = L_max, or the full-batch L when tau = n) or single-index importance sampling (L_avg)."
+    "(A, B, L) for tau-nice uniform sampling (pass L = L_max, or the full-batch L when tau = n), or single-index importance sampling (A = L_avg, L as passed)."
     if sampling == "importance":
         if tau != 1 or L_avg is None:
             raise ValueError("importance sampling is implemented for tau = 1 and needs L_avg")
-        return float(L_avg), 0.0, float(L_avg)
+        return float(L_avg), 0.0, float(L)   # the official rule: A becomes L_avg, L stays L_max
     if sampling != "uniform":
         raise ValueError(f"sampling must be 'uniform' or 'importance', got {sampling!r}")
     if not 1 <= tau <= n:
@@ -199,3 +213,52 @@ def unified_sam_ls(prob: dict, lam: float, gamma: float, rho: float, epochs: int
             k += 1
         gaps.append((ls_loss(A, b, x) - prob["f_star"]) / f0)
     return np.array(gaps)
+
+# %% ../../nbs/usam/02_implementation.ipynb #8ffa8868
+def unified_sam_ls_runs(prob: dict, lam: float, gamma: float, rho: float, epochs: int, runs: int = 16,
+                        sampling: str = "uniform", decreasing: bool = False, rng: np.random.Generator | int | None = 0,
+                        cap: float = 1e6) -> np.ndarray:
+    "Mean relative suboptimality per epoch over `runs` independent single-index runs of Unified SAM on `prob` (capped at `cap`)."
+    if runs < 1 or epochs < 1:
+        raise ValueError(f"runs and epochs must be >= 1, got {runs}, {epochs}")
+    if sampling not in ("uniform", "importance"):
+        raise ValueError(f"sampling must be 'uniform' or 'importance', got {sampling!r}")
+    A, b, n, mu = prob["A"], prob["b"], prob["n"], prob["mu"]
+    rng = np.random.default_rng(rng)
+    X = np.zeros((runs, prob["d"]))
+    f0 = ls_loss(A, b, X[0]) - prob["f_star"]
+    probs = prob["L_i"] / prob["L_i"].sum() if sampling == "importance" else np.full(n, 1.0 / n)
+    weight = 1.0 / (n * probs)                                          # unbiased: E[w grad f_i] = grad f
+    gaps, k = [1.0], 0
+    for _ in range(epochs):
+        idx = rng.choice(n, size=(n, runs) if runs > 1 else n, p=probs).reshape(n, runs)
+        with np.errstate(over="ignore", invalid="ignore"):   # a diverging run is recorded at the cap
+            for s in range(n):
+                r_k, g_k = decreasing_steps(k, rho, gamma, mu) if decreasing else (rho, gamma)
+                a, bi, w = A[idx[s]], b[idx[s]], weight[idx[s]][:, None]              # (R, d), (R,), (R, 1)
+                g = w * a * (np.einsum("rd,rd->r", a, X) - bi)[:, None]
+                Y = X + r_k * (1 - lam + lam / (np.linalg.norm(g, axis=1, keepdims=True) + 1e-12)) * g   # Eq. (1)
+                X = X - g_k * w * a * (np.einsum("rd,rd->r", a, Y) - bi)[:, None]
+                k += 1
+            R = X @ A.T - b
+            gap = (0.5 * np.mean(R ** 2, axis=1) - prob["f_star"]) / f0
+        gap = np.where(np.isfinite(gap), np.minimum(gap, cap), cap)
+        gaps.append(float(gap.mean()))
+    return np.array(gaps)
+
+def convergence_fit(gaps, steps_per_epoch: int = 1, floor_factor: float = 2.0) -> dict:
+    "Linear (log gap ~ t) against power-law (log gap ~ log t) fits over the descent phase: R^2 of each, contraction, exponent."
+    gaps = np.asarray(gaps, dtype=float)
+    t = np.arange(len(gaps)) * steps_per_epoch
+    keep = (gaps > max(floor_factor * gaps[-1], 1e-14)) & (t > 0)
+    if keep.sum() < 3:
+        return {"r2_linear": 0.0, "r2_power": 0.0, "contraction": 1.0, "exponent": 0.0, "points": int(keep.sum())}
+    y = np.log10(gaps[keep])
+    def r2(x):
+        coef = np.polyfit(x, y, 1)
+        resid = y - np.polyval(coef, x)
+        return float(1 - resid.var() / max(y.var(), 1e-300)), float(coef[0])
+    r2_lin, slope = r2(t[keep].astype(float))
+    r2_pow, expo = r2(np.log10(t[keep]))
+    return {"r2_linear": r2_lin, "r2_power": r2_pow, "contraction": float(10 ** slope), "exponent": -expo,
+            "points": int(keep.sum())}
