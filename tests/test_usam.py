@@ -239,12 +239,15 @@ def test_convergence_fit_tells_linear_from_sublinear():
     assert convergence_fit(np.ones(2))["points"] < 3
 
 
-def _fake(contraction=0.9, slope=-1.0, plateau=1e-2, sam=(93, 94, 95), sgd=(90, 91, 92), usam=(92, 93, 94)):
+def _fake(contraction=0.9, slope=-1.0, plateau=1e-2, sam=(93, 94, 95), sgd=(90, 91, 92), usam=(92, 93, 94),
+          r2_power=0.8, same=1.01e-2, final=1e-20):
     "Inputs for make_claims, built so that each verdict is known."
-    det = lambda l: dict(r2_linear=0.99, r2_power=0.8 + 0.01 * l, contraction=contraction, reference=0.95, final=1e-20)
+    fit = lambda p: dict(r2_linear=0.99, r2_power=r2_power + 0.01 * p, contraction=contraction, reference=0.95)
+    det = lambda p: dict(fit(p), final=final, q=0.95, band=1e-13, final_bound=1e-12)
     imp = lambda: {"uniform": dict(gamma=1.0, final=1e-1), "importance": dict(gamma=2.0, final=1e-2),
-                   "uniform at the importance step": dict(gamma=2.0, final=1.01e-2)}
-    a = [{"problem": p, "det": {l: det(l) for l in experiment.LAMBDAS_A}, "imp": {l: imp() for l in experiment.LAMBDAS_A},
+                   "uniform at the importance step": dict(gamma=2.0, final=same)}
+    a = [{"problem": p, "det": {l: det(p) for l in experiment.LAMBDAS_A}, "imp": {l: imp() for l in experiment.LAMBDAS_A},
+          "sto": [dict(fit(p), tau=t, lam=l, final=1e-3) for t in (1, 5) for l in experiment.LAMBDAS_A],
           "imp_problem": dict(L_max=2.0, L_avg=1.0, mu=0.1)} for p in range(3)]
     dec = [dict(problem=p, lam=l, slope=slope + 0.01 * p, plateau=plateau, final_dec=1e-3) for p in range(3) for l in (0.0, 1.0)]
     rows = []
@@ -252,33 +255,71 @@ def _fake(contraction=0.9, slope=-1.0, plateau=1e-2, sam=(93, 94, 95), sgd=(90, 
         rows += [dict(method="SGD", lr=0.05, rho=None, seed=s, epochs=e, val_acc=50.0, test_acc=sgd[s] - (e == 40))
                  for e in (20, 40)]
         rows += [dict(method="lam=1.0", lr=0.05, rho=0.2, seed=s, epochs=20, val_acc=51.0, test_acc=sam[s]),
+                 dict(method="lam=1.0", lr=0.05, rho=0.4, seed=s, epochs=20, val_acc=99.0, test_acc=0.0),  # not at CLAIM_RHO
                  dict(method="lam=1-1/t", lr=0.05, rho=0.2, seed=s, epochs=20, val_acc=50.5, test_acc=0.0),
                  dict(method="lam=0.0", lr=0.05, rho=0.2, seed=s, epochs=20, val_acc=50.0, test_acc=usam[s])]
-    return a, dec, rows, {"ratio": 2.0}, 20
+    return a, dec, rows, {"ratio": 2.0, "calls_usam": 2.0, "calls_sgd": 1.0, "sgd_s": 1e-3, "usam_s": 2e-3}, 20
+
+
+CHECKS = ("K1-step-gain", "K2-usam-exact", "K3-two-passes", "K4-importance-faster", "K5-same-step", "K6-full-batch-bound")
 
 
 def test_make_claims_verdicts():
     c = {x["id"]: x for x in experiment.make_claims(*_fake())}
     assert [c[k]["verdict"] for k in ("C1-linear", "C2-decreasing", "C3-vs-sgd", "C4-vs-usam")] == ["reproduced"] * 4
     assert c["C3-vs-sgd"]["ours"] == 94.0 and c["C3-vs-sgd"]["baseline"] == 91.0   # SAM picked over 1 - 1/t on validation
-    assert all(c[k]["verdict"] == "passed" for k in ("K1-step-gain", "K3-overhead", "K4-importance-faster", "K5-same-step"))
-    assert c["K2-usam-exact"]["verdict"] == "passed"
+    assert all(c[k]["verdict"] == "passed" for k in CHECKS)
     # each claim can fail
     c = {x["id"]: x for x in experiment.make_claims(*_fake(contraction=0.99, slope=-0.5, plateau=1.5e-3,
                                                                 sam=(90, 91, 92), usam=(95, 96, 97)))}
-    assert c["C1-linear"]["verdict"] == "partial"                 # linear shape, but slower than the bound's rate
+    assert c["C1-linear"]["verdict"] == "partial"                 # linear shape, but slower than the reference rate
     assert c["C2-decreasing"]["verdict"] == "not_reproduced"      # slope -0.5: not O(1/t)
     assert c["C3-vs-sgd"]["verdict"] == "not_reproduced" and c["C4-vs-usam"]["verdict"] == "not_reproduced"
-    c = {x["id"]: x for x in experiment.make_claims(*_fake(plateau=1.5e-3))}
+    assert c["K6-full-batch-bound"]["verdict"] == "failed"        # slower than the bound's q
+    c = {x["id"]: x for x in experiment.make_claims(*_fake(plateau=1.5e-3, r2_power=0.995, same=1e-1, final=1e-6))}
     assert c["C2-decreasing"]["verdict"] == "partial"             # the slope holds, the constant steps do not stall
+    assert c["C1-linear"]["verdict"] == "not_reproduced"          # a power law fits better: sublinear
+    assert c["K5-same-step"]["verdict"] == "failed"               # uniform at the same step ten times worse
+    assert c["K6-full-batch-bound"]["verdict"] == "failed"        # final gap above the bound
+    assert c["K2-usam-exact"]["verdict"] == "failed"
+
+
+def test_dec_job_window_and_short_runs():
+    cfg = experiment.Config.preset("ci")
+    d = dict(vars(cfg), dec_epochs=60, dec_runs=8)
+    out = experiment.part_a_dec_job(0, 0.0, d)
+    steps = np.arange(len(out["dec"])) * cfg.n
+    assert out["window_points"] == int(((steps >= 3 * out["switch"]) & (steps <= 100 * out["switch"])).sum()) >= 3
+    with pytest.raises(ValueError, match="too short"):
+        experiment.part_a_dec_job(0, 0.0, dict(d, dec_epochs=5))
+    assert np.isfinite(experiment.part_a_dec_job(0, 0.0, dict(d, dec_epochs=5, smoke=True))["slope"])
+
+
+def test_tau_nice_constants_and_runs():
+    n = 9
+    for tau in (2, 4, 9):
+        A, B, L = er_constants(n, tau, 3.0)
+        assert math.isclose(A, (n - tau) * 3.0 / (tau * (n - 1))) and math.isclose(B, n * (tau - 1) / (tau * (n - 1)))
+    p = least_squares(n, 2, cond=2.0, consistent=True, row_spread=0.2, rng=2)
+    full = unified_sam_ls(p, 1.0, 0.05, 0.02, 6)
+    assert np.allclose(unified_sam_ls_runs(p, 1.0, 0.05, 0.02, 6, runs=2, tau=n), full)   # tau = n: the full batch
+    some = unified_sam_ls_runs(p, 1.0, 0.05, 0.02, 6, runs=4, tau=3, rng=1)
+    assert some.shape == (7,) and some[-1] < 1 and not np.allclose(some, full)
+    with pytest.raises(ValueError):
+        unified_sam_ls_runs(p, 1.0, 0.05, 0.02, 2, tau=3, sampling="importance")
+
+
+def test_overhead_counts_passes():
+    cfg = experiment.Config.preset("tiny")
+    over = experiment.overhead(cfg)
+    assert over["calls_usam"] == 2 and over["calls_sgd"] == 1 and over["usam_s"] > 0
 
 
 def test_tiny_experiment():
     cfg = experiment.Config.preset("tiny")
     out = experiment.run(cfg)
     ids = [c["id"] for c in out["claims"]]
-    assert ids == ["C1-linear", "C2-decreasing", "C3-vs-sgd", "C4-vs-usam", "K1-step-gain", "K2-usam-exact",
-                   "K3-overhead", "K4-importance-faster", "K5-same-step"]
+    assert ids == ["C1-linear", "C2-decreasing", "C3-vs-sgd", "C4-vs-usam", *CHECKS]
     n_sgd = len(cfg.lrs) * len(cfg.seeds)
     assert len(out["rows"]) == 2 * n_sgd + (len(cfg.methods) - 1) * len(cfg.lrs) * len(cfg.rhos) * len(cfg.seeds)
     assert all(0 <= r["test_acc"] <= 100 for r in out["rows"])
@@ -297,7 +338,7 @@ def test_tiny_experiment():
 
 def test_config_rejects_bad_values():
     for bad in (dict(seeds=(0, 1)), dict(methods=(1.0, "SGD")), dict(methods=("SGD", 1.0)), dict(lrs=()),
-                dict(data="cifar")):
+                dict(data="cifar"), dict(rhos=(0.1,)), dict(sto_taus=(0,)), dict(sto_taus=(21,))):
         with pytest.raises(ValueError):
             experiment.Config(**bad)
 
@@ -308,9 +349,9 @@ def test_full_preset_smoke(tmp_root):
     assert set(full.methods) == {"SGD", 0.0, 0.5, 1.0, "1/t", "1-1/t"} and full.n == full.d_imp == 100
     doc = cli.run_experiment("usam", "full", "cpu", 0, smoke=True)
     assert doc["config"]["smoke"] and doc["config"]["model"] == "resnet" and doc["config"]["d_imp"] == 100
-    assert len(doc["claims"]) == 9
+    assert len(doc["claims"]) == 10
     assert not (tmp_root / "book" / "results").exists()
-    assert experiment.plan(full)[3]["trainings"] == 3 * 2 * (1 + 5 * 4)
+    assert experiment.plan(full)[4]["trainings"] == 3 * 2 * (1 + 5 * 4)
 
 
 def test_closure_without_zero_grad_gives_the_same_step():
