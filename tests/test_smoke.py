@@ -14,7 +14,6 @@ from iclr25_repro.core import cli
 # Chapters whose smoke run cannot be as cheap as about 10 s, and why. LONG ones run; SLOW ones run only with
 # ICLR25_SLOW=1 (the command `python -m iclr25_repro experiment <slug> --scale full --smoke` always works).
 LONG = {
-    "drbo": "DAGMA's fit at d = 30 runs its own inner loops (no Config field caps them): about 20 s",
     "longhorn": "the full preset's models at 128 wide evaluated at length 256 by the chunked scan on a CPU: about 25 s",
     "ncf": "one RK4 training step of the full preset (context 256, pool 6) costs seconds on a CPU: about 25 s",
 }

@@ -86,7 +86,10 @@ def is_quiet() -> bool:
 
 def progress(iterable=None, quiet: bool | None = None, **kwargs):
     "`tqdm.auto.tqdm` that stays silent when `is_quiet()` (or `quiet=True`)."
-    from tqdm.auto import tqdm
+    import warnings
+    with warnings.catch_warnings():   # without ipywidgets, tqdm.auto warns in Jupyter and falls back to text bars
+        warnings.simplefilter("ignore")
+        from tqdm.auto import tqdm
     return tqdm(iterable, disable=is_quiet() if quiet is None else quiet, **kwargs)
 
 # %% ../../nbs/core/01_runtime.ipynb #761eb855
