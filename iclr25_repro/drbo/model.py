@@ -321,7 +321,7 @@ class _DAGSearch(BaseEstimator):
         self.X_ = check_data(X)
         self.n_features_in_ = self.X_.shape[1]
         self.scorer_ = BICScorer(self.X_, self.noise, regression=self.regression, alpha=self.gp_alpha,
-                                 device=getattr(self, "device", "cpu"))
+                                 median_bandwidth=self.gp_median_bandwidth, device=self.device)
         self.dim_ = space_dim(self.n_features_in_, self.rank)
         self.rng_ = np.random.default_rng(self.random_state)
         self.best_score_, self.history_, self.n_evals_, self._scores = -np.inf, [], 0, []
@@ -369,11 +369,11 @@ class _DAGSearch(BaseEstimator):
 class RandomDAGSearch(_DAGSearch):
     "Random search baseline: uniform vectors in the same low-rank DAG space, scored in batches, same budget."
     def __init__(self, max_evals: int = 1280, batch_size: int = 64, rank: int = 8, noise: str = "ev",
-                 regression: str = "linear", gp_alpha: float = 1.0, prune_threshold: float | None = 0.3,
-                 random_state: int | None = 0):
+                 regression: str = "linear", gp_alpha: float = 1.0, gp_median_bandwidth: bool = True,
+                 prune_threshold: float | None = 0.3, device: str = "cpu", random_state: int | None = 0):
         self.max_evals, self.batch_size, self.rank, self.noise = max_evals, batch_size, rank, noise
-        self.regression, self.gp_alpha = regression, gp_alpha
-        self.prune_threshold, self.random_state = prune_threshold, random_state
+        self.regression, self.gp_alpha, self.gp_median_bandwidth = regression, gp_alpha, gp_median_bandwidth
+        self.prune_threshold, self.device, self.random_state = prune_threshold, device, random_state
 
     def fit(self, X, y=None):
         self._setup(X)
@@ -393,6 +393,7 @@ class DrBO(_DAGSearch):
                  noise: str = "ev",                  # BIC variant: 'ev' or 'nv'
                  regression: str = "linear",         # local scores by 'linear' or 'gp' regression
                  gp_alpha: float = 1.0,              # the GP score's alpha
+                 gp_median_bandwidth: bool = True,   # the GP score divides the parents' values by their median distance
                  hidden: int = 64, dropout: float = 0.1, lr: float = 0.1,
                  n_grad_steps: int = 10,             # Adam steps after each batch
                  n_replay: int = 1024,               # old evaluations replayed per step
@@ -403,7 +404,7 @@ class DrBO(_DAGSearch):
                  device: str = "cpu", random_state: int | None = 0):
         self.max_evals, self.batch_size, self.n_candidates, self.rank, self.noise = \
             max_evals, batch_size, n_candidates, rank, noise
-        self.regression, self.gp_alpha = regression, gp_alpha
+        self.regression, self.gp_alpha, self.gp_median_bandwidth = regression, gp_alpha, gp_median_bandwidth
         self.hidden, self.dropout, self.lr, self.n_grad_steps, self.n_replay = hidden, dropout, lr, n_grad_steps, n_replay
         self.clip_local, self.prune_threshold = clip_local, prune_threshold
         self.train_surrogate, self.trust_region = train_surrogate, trust_region
