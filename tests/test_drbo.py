@@ -455,6 +455,15 @@ def test_claim_rules_at_their_boundaries():
     assert _verdicts(worse, cfg)["C4-accuracy"] == "not_reproduced"
 
 
+def test_bookkeeping_check_fails_on_broken_searches():
+    ok = dict(dataset="linear", d=5, seed=0, method="DrBO", acyclic=True, n_evals=128, asked=100, batch=64,
+              curve=[-1.0, -0.5])
+    cfg = _cfg()
+    assert experiment.bookkeeping_check([ok], cfg)["verdict"] == "passed"
+    for broken in (dict(ok, acyclic=False), dict(ok, n_evals=64), dict(ok, curve=[-0.5, -1.0])):
+        assert experiment.bookkeeping_check([ok, broken], cfg)["verdict"] == "failed"
+
+
 def test_nonlinear_claim_rule():
     rows = []
     for s, (a, b) in enumerate([(-0.1, -0.4), (-0.2, -0.5), (-0.15, -0.3)]):
