@@ -9,7 +9,7 @@ from sklearn.base import clone
 
 from iclr25_repro.parfam import experiment
 from iclr25_repro.parfam.model import (Family, ParametricFamily, ParFam, candidate_families, fit_family,
-                                       monomial_exponents, relative_l2, to_sympy)
+                                       monomial_exponents, n_active, parfam_loss, relative_l2, to_sympy)
 
 
 def test_parameter_counts():
@@ -55,7 +55,7 @@ def test_tiny_fit_recovers_product():
     rng = np.random.default_rng(0)
     X = rng.uniform(1, 5, (100, 2))
     y = X[:, 0] * X[:, 1]
-    model = ParFam(functions=("sqrt",), n_hops=3, time_limit=20, random_state=0).fit(X, y)
+    model = ParFam(functions=("sqrt",), n_starts=3, time_limit=20, random_state=0).fit(X, y)
     x0, x1 = model.symbols_
     assert sp.simplify(model.formula_ - x0 * x1) == 0
     assert model.score(X, y) > 0.999999
@@ -67,8 +67,8 @@ def test_same_random_state_same_formula():
     X = rng.uniform(1, 3, (80, 1))
     y = np.exp(-X[:, 0] ** 2 / 2)
     fams = [Family(degree_output=2), Family(("exp",), 2, 0, 1, 0)]
-    a = ParFam(families=fams, n_hops=2, time_limit=60, random_state=3).fit(X, y)
-    b = ParFam(families=fams, n_hops=2, time_limit=60, random_state=3).fit(X, y)
+    a = ParFam(families=fams, n_starts=2, time_limit=60, random_state=3).fit(X, y)
+    b = ParFam(families=fams, n_starts=2, time_limit=60, random_state=3).fit(X, y)
     assert str(a.formula_) == str(b.formula_) and np.array_equal(a.coef_, b.coef_)
 
 
@@ -92,9 +92,13 @@ def test_bad_parameters():
         ParFam(time_limit=0).fit(X, y)
     with pytest.raises(ValueError, match="families"):
         ParFam(families=["poly"]).fit(X, y)
+    with pytest.raises(ValueError, match="prune_share"):
+        ParFam(prune_share=1.0).fit(X, y)
+    with pytest.raises(ValueError, match="n_starts"):
+        ParFam(families=[Family(degree_output=1)], n_starts=0).fit(X, y)
     with pytest.raises(ValueError, match="degree_input"):
         Family(("sqrt",), degree_input=0)
-    model = ParFam(families=[Family(degree_output=1)], n_hops=1, time_limit=5, random_state=0).fit(X, y)
+    model = ParFam(families=[Family(degree_output=1)], n_starts=1, time_limit=5, random_state=0).fit(X, y)
     with pytest.raises(ValueError, match="features"):
         model.predict(np.ones((3, 2)))
 
@@ -121,8 +125,9 @@ def test_fit_family_respects_deadline():
     y = np.sin(X[:, 0]) * X[:, 1] + X[:, 2]
     pf = ParametricFamily(Family(("sin",), 2, 0, 2, 1), 3)
     start = time.perf_counter()
-    fit_family(pf, X, y, n_hops=1000, rng=rng, deadline=start + 0.5)
-    assert time.perf_counter() - start < 5.0
+    fit_family(pf, X, y, n_hops=1000, n_starts=1, rng=rng, deadline=start + 0.5)
+    fit_family(pf, X, y, n_hops=0, n_starts=1000, rng=rng, deadline=start + 1.0)
+    assert time.perf_counter() - start < 6.0
 
 
 def test_symbolic_check():
@@ -167,34 +172,76 @@ def test_loss_at_exact_encoding_is_the_penalty():
     assert math.isclose(parfam_loss(pf, theta, X, y, l1=1e-3).item(), 1.5e-3, rel_tol=1e-12)
 
 
+def _rows(table, noise=0.0, kind="rational"):
+    "Rows from {method: per-seed lists of per-problem (accurate, symbolic) flags}."
+    out = []
+    for method, seeds in table.items():
+        for seed, flags in enumerate(seeds):
+            for i, (a, sym) in enumerate(flags):
+                out.append(dict(problem=f"{kind}{i}", kind=kind, noise=noise, method=method, seed=seed, accurate=bool(a),
+                                symbolic=bool(sym), data=f"{kind}{i}-{seed}-{noise}", seconds=1.0))
+    return out
+
+
 def test_claim_rules_are_computed():
-    def rows(pf_acc, gp_acc, noise=0.0):
-        out = []
-        for i, (a, b) in enumerate(zip(pf_acc, gp_acc)):
-            out.append(dict(problem=f"p{i}", noise=noise, method="ParFam", in_family=True, accurate=a, symbolic=a))
-            out.append(dict(problem=f"p{i}", noise=noise, method="gplearn", in_family=True, accurate=b, symbolic=False))
-        return out
-    claims = experiment.make_claims(rows([1, 1, 1, 0], [1, 0, 0, 0]) + rows([1, 1, 1, 0], [1, 0, 0, 0], 0.01))
-    # no Operon rows: the claim against Operon was not run, not "not reproduced"
-    assert [c["verdict"] for c in claims] == ["reproduced", "not_run", "reproduced", "reproduced"]
-    claims = experiment.make_claims(rows([1, 0, 0, 0], [1, 1, 1, 0]) + rows([0, 0, 0, 0], [1, 1, 0, 0], 0.01))
-    assert [c["verdict"] for c in claims] == ["not_reproduced", "not_run", "not_reproduced", "partial"]
-    with_operon = rows([1, 1, 0, 0], [0, 0, 0, 0]) + [dict(problem=f"p{i}", noise=0.0, method="Operon", in_family=True,
-                                                           accurate=a, symbolic=False) for i, a in enumerate([1, 1, 1, 0])]
-    c1b = experiment.make_claims(with_operon, noises=(0.0,))[1]
-    assert c1b["id"] == "C1b-vs-operon" and c1b["verdict"] == "partial" and c1b["baseline"] == 75.0
+    # ParFam accurate on 3 of 4 problems on every seed, gplearn on 1 or 2: C1 reproduced; Operon missing: not_run
+    pf = [[(1, 1), (1, 1), (1, 0), (0, 0)]] * 3
+    gp = [[(1, 0), (0, 0), (0, 0), (0, 0)], [(1, 0), (1, 0), (0, 0), (0, 0)], [(1, 0), (0, 0), (0, 0), (0, 0)]]
+    rows = _rows({"ParFam": pf, "gplearn": gp})
+    c = {r["id"]: r for r in experiment.make_claims(rows, (0.0,), budget=2.0)}
+    assert c["C1-vs-gplearn"]["verdict"] == "reproduced" and c["C1b-vs-operon"]["verdict"] == "not_run"
+    assert c["C1-vs-gplearn"]["replicates"] == 3 and c["C1-vs-gplearn"]["interval"]["lo"] > 0
+    assert c["C2a-symbolic-rational"]["verdict"] == "reproduced"          # 50% on every seed: lower end 50
+    assert c["C2b-symbolic-function"]["verdict"] == "not_run"              # no function problems
+    assert c["C3-noise"]["verdict"] == "not_run"                           # no noise level
+    # Operon better on one seed and worse on another: estimate 0 -> partial; worse everywhere -> not reproduced
+    op = [[(1, 0)] * 3 + [(1, 0)], [(1, 0)] * 2 + [(0, 0)] * 2, [(1, 0)] * 3 + [(0, 0)]]
+    c = {r["id"]: r for r in experiment.make_claims(rows + _rows({"Operon": op}), (0.0,))}
+    assert c["C1b-vs-operon"]["verdict"] == "partial" and c["C1b-vs-operon"]["interval"]["estimate"] == 0
+    c = {r["id"]: r for r in experiment.make_claims(rows + _rows({"Operon": [[(1, 0)] * 4] * 3}), (0.0,))}
+    assert c["C1b-vs-operon"]["verdict"] == "not_reproduced"
+    # symbolic rates of 25% on the rational problems: C2a not reproduced
+    low = _rows({"ParFam": [[(1, 1), (1, 0), (1, 0), (1, 0)]] * 3, "gplearn": gp})
+    assert {r["id"]: r for r in experiment.make_claims(low)}["C2a-symbolic-rational"]["verdict"] == "not_reproduced"
+
+
+def test_function_claim_needs_the_rational_arm_to_be_beaten():
+    fn = lambda pf, rat: _rows({"ParFam": pf, "ParFam, rational only": rat}, kind="function")
+    yes = fn([[(1, 1), (1, 0)]] * 3, [[(1, 0), (1, 0)]] * 3)
+    assert {r["id"]: r for r in experiment.make_claims(yes)}["C2b-symbolic-function"]["verdict"] == "reproduced"
+    some = fn([[(1, 1), (1, 0)], [(1, 0), (1, 0)], [(1, 0), (1, 0)]], [[(1, 0), (1, 0)]] * 3)
+    assert {r["id"]: r for r in experiment.make_claims(some)}["C2b-symbolic-function"]["verdict"] == "partial"
+    none = fn([[(1, 0), (1, 0)]] * 3, [[(1, 0), (1, 0)]] * 3)
+    assert {r["id"]: r for r in experiment.make_claims(none)}["C2b-symbolic-function"]["verdict"] == "not_reproduced"
+
+
+def test_noise_claim_and_checks_can_fail():
+    pf0 = [[(1, 0)] * 4] * 3
+    clean = _rows({"ParFam": pf0, "gplearn": [[(0, 0)] * 4] * 3})
+    kept = _rows({"ParFam": [[(1, 0)] * 4] * 3, "gplearn": [[(1, 0), (0, 0), (0, 0), (0, 0)]] * 3}, noise=0.01)
+    lost = _rows({"ParFam": [[(1, 0), (0, 0), (0, 0), (0, 0)]] * 3, "gplearn": [[(0, 0)] * 4] * 3}, noise=0.01)
+    verdict = lambda rows: {r["id"]: r for r in experiment.make_claims(rows, (0.0, 0.01))}["C3-noise"]["verdict"]
+    assert verdict(clean + kept) == "reproduced" and verdict(clean + lost) == "partial"
+    # K1 fails when an out-of-family fit is scored symbolic; K2 when two methods saw different data; K3 on overruns
+    bad = _rows({"ParFam": [[(1, 1)]] * 3}, kind="outside")
+    bad[0]["seconds"] = 9.0
+    bad.append({**bad[1], "method": "gplearn", "data": "other"})
+    k = {r["id"]: r["verdict"] for r in experiment.make_claims(bad, (0.0,), budget=2.0)}
+    assert k["K1-checker-guard"] == k["K2-same-data"] == k["K3-budget"] == "failed"
 
 
 def test_tiny_experiment_is_deterministic_in_data_and_valid():
     cfg = experiment.Config.preset("tiny")
     out = experiment.run(cfg)
-    assert len(out["rows"]) == len(cfg.problems) * len(cfg.methods)
-    assert {r["problem"] for r in out["rows"]} == set(cfg.problems)
-    # every method saw the same data for a problem
+    assert len(out["rows"]) == len(cfg.seeds) * len(cfg.problems) * len(cfg.methods) == len(experiment.jobs_for(cfg))
+    assert {r["problem"] for r in out["rows"]} == set(cfg.problems) and len(out["seeds"]) == len(cfg.seeds)
+    # every method saw the same data for a (problem, seed); different seeds drew different data
     for p in cfg.problems:
-        assert len({r["data"] for r in out["rows"] if r["problem"] == p}) == 1
-    parfam_product = next(r for r in out["rows"] if r["problem"] == "I.12.1" and r["method"] == "ParFam")
-    assert parfam_product["accurate"] and parfam_product["symbolic"]
+        per_seed = [{r["data"] for r in out["rows"] if r["problem"] == p and r["seed"] == s} for s in out["seeds"]]
+        assert all(len(d) == 1 for d in per_seed) and len(set.union(*per_seed)) == len(out["seeds"])
+    for r in out["rows"]:
+        if r["problem"] == "I.12.1" and r["method"] == "ParFam":
+            assert r["accurate"] and r["symbolic"], r
     from iclr25_repro.core.results import make_results, validate_results
     validate_results(make_results("parfam", experiment.PAPER, cfg, out["claims"], 1.0, root="/tmp"))
     again = experiment.run(cfg)
@@ -215,5 +262,84 @@ def test_presets_are_consistent():
     for scale in ("tiny", "ci", "full"):
         cfg = experiment.Config.preset(scale)
         assert set(cfg.problems) <= names and set(cfg.noisy_methods) <= set(experiment.METHODS)
-    assert len(experiment.Config.preset("ci").problems) >= 8
+    ci, full = experiment.Config.preset("ci"), experiment.Config.preset("full")
+    kinds = [experiment._problem(p).kind for p in ci.problems]
+    assert set(kinds) == set(experiment.KINDS) and len(ci.seeds) >= 3 and len(full.seeds) >= 3
+    assert len(full.problems) >= 40 and full.noises == (0.0, 0.01) and full.n_workers == 16
     assert not experiment._problem("Nguyen-5").in_family
+    with pytest.raises(ValueError, match="kind"):
+        experiment.Problem("x", "x0", ((0, 1),), "rational-ish")
+
+
+def test_full_preset_plan_and_smoke(tmp_root):
+    from iclr25_repro.core import cli
+    full = experiment.Config.preset("full")
+    (phase,) = experiment.plan(full)
+    assert phase["jobs"] == len(experiment.jobs_for(full)) and phase["wall_estimate_s"] <= 600
+    assert phase["per_method"]["ParFam, rational only"] == 3 * sum(experiment._problem(p).kind == "function"
+                                                                       for p in full.problems)
+    doc = cli.run_experiment("parfam", "full", "cpu", 0, smoke=True)
+    assert doc["scale"] == "full" and doc["config"]["smoke"] is True
+    verdicts = {c["id"]: c["verdict"] for c in doc["claims"]}
+    assert verdicts["K2-same-data"] == "passed" and verdicts["C3-noise"] != "not_run"
+    assert not (tmp_root / "book" / "results").exists()
+
+
+def _truth_family(name):
+    x = sp.Symbol("x0", positive=True)
+    return {"sqrt": ((0, 4), np.sqrt, sp.sqrt(x), Family(("sqrt",), 1, 0, 1, 0)),
+            "gauss": ((1, 3), lambda v: np.exp(-v ** 2 / 2) / np.sqrt(2 * np.pi), sp.exp(-x ** 2 / 2) / sp.sqrt(2 * sp.pi),
+                      Family(("exp",), 2, 0, 1, 0))}[name]
+
+
+@pytest.mark.parametrize("name", ["sqrt", "gauss"])
+def test_base_function_formulas_recovered_symbolically_for_several_seeds(name):
+    (lo, hi), f, truth, fam = _truth_family(name)
+    for seed in range(3):
+        rng = np.random.default_rng(100 + seed)
+        X = rng.uniform(lo, hi, (200, 1))
+        model = ParFam(families=[Family(degree_output=2), fam], time_limit=60, random_state=seed).fit(X, f(X[:, 0]))
+        samples = {"x0": X[:64, 0]}
+        assert experiment.is_symbolic_solution(model.formula_.xreplace({model.symbols_[0]: truth.free_symbols.pop()}),
+                                               truth, samples), (seed, model.formula_)
+
+
+def test_parfam_loss_gradient_matches_finite_differences():
+    pf = ParametricFamily(Family(("exp",), 2, 1, 2, 1), 2)
+    gen = torch.Generator().manual_seed(0)
+    X = torch.rand(30, 2, dtype=torch.float64, generator=gen) + 0.5
+    y = torch.exp(-X[:, 0]) * X[:, 1]
+    theta = (0.3 * torch.randn(pf.n_params, dtype=torch.float64, generator=gen)).requires_grad_(True)
+    assert torch.autograd.gradcheck(lambda t: parfam_loss(pf, t, X, y, 1e-3), (theta,), eps=1e-7, atol=1e-5)
+
+
+def test_formula_agrees_with_predict():
+    rng = np.random.default_rng(5)
+    X = rng.uniform(1, 5, (200, 2))
+    for y in (X[:, 0] / (4 * np.pi * X[:, 1] ** 2), 0.01 * X[:, 0] * X[:, 1] + np.sqrt(X[:, 1])):
+        model = ParFam(functions=("sqrt",), max_degree_input_denominator=0, n_starts=2, time_limit=4,
+                       random_state=0).fit(X, y)
+        f = sp.lambdify(model.symbols_, model.formula_, "numpy")
+        via_formula = np.asarray(f(*X.T), dtype=float) * np.ones(len(X))
+        pred = model.predict(X)
+        assert 1 - np.sum((via_formula - pred) ** 2) / np.sum((pred - pred.mean()) ** 2) > 0.999, model.formula_
+        assert model.formula_ != 0
+
+
+def test_pruning_always_runs_even_when_the_budget_is_spent():
+    rng = np.random.default_rng(0)
+    X = rng.uniform(1, 5, (100, 2))
+    y = X[:, 0] * X[:, 1]
+    model = ParFam(families=[Family(degree_output=2)], n_starts=2, time_limit=1e-3, random_state=0).fit(X, y)
+    assert model.search_seconds_ <= model.fit_seconds_ and n_active(model.coef_, 0) == 1
+    unpruned = ParFam(families=[Family(degree_output=2)], n_starts=2, time_limit=1e-3, prune=False, random_state=0).fit(X, y)
+    assert n_active(unpruned.coef_, 0) > 1
+
+
+def test_scikit_learn_estimator_checks():
+    import warnings
+    from sklearn.utils.estimator_checks import check_estimator
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        report = check_estimator(ParFam(families=[Family(degree_output=1)], n_starts=1, time_limit=5.0), on_fail=None)
+    assert not [r["check_name"] for r in report if r["status"] == "failed"]

@@ -15,7 +15,7 @@ import sympy as sp
 import torch
 from scipy.optimize import basinhopping, minimize
 from sklearn.base import BaseEstimator, RegressorMixin
-from sklearn.utils.validation import check_array, check_is_fitted, check_X_y
+from sklearn.utils.validation import check_is_fitted, validate_data
 
 # %% auto #0
 __all__ = ['FUNCTIONS', 'check_functions', 'monomial_exponents', 'Family', 'ParametricFamily', 'to_sympy', 'relative_l2',
@@ -150,7 +150,10 @@ class ParametricFamily:
 
 # %% ../../nbs/parfam/02_implementation.ipynb #153e10c7
 def _round(c: float, decimals: int) -> sp.Expr:
+    "c to `decimals` decimals; a nonzero c that this would zero keeps `decimals` significant digits instead."
     r = round(float(c), decimals)
+    if r == 0 and c != 0:
+        r = float(f"{float(c):.{decimals}g}")
     return sp.Integer(int(r)) if r == int(r) else sp.Float(r, 15)
 
 def to_sympy(pf: ParametricFamily, theta, symbols, decimals: int = 3) -> sp.Expr:
@@ -162,7 +165,7 @@ def to_sympy(pf: ParametricFamily, theta, symbols, decimals: int = 3) -> sp.Expr
         e = pf._exps[name].numpy()
         c = th[pf.slices[name]] / scale
         return sp.Add(*[_round(ci, decimals) * sp.Mul(*[v ** int(p) for v, p in zip(variables, row)])
-                        for ci, row in zip(c, e) if round(float(ci), decimals) != 0])
+                        for ci, row in zip(c, e) if ci != 0])  # pruning, not rounding, removes a term
     def rational(prefix, variables):
         num, den = f"{prefix}.num", f"{prefix}.den"
         if den not in pf.slices:
@@ -202,17 +205,27 @@ def _objective(pf, X, y, l1, mask=None, base=None):
         return float(loss.detach()), np.nan_to_num(th.grad.numpy(), nan=0.0, posinf=0.0, neginf=0.0)
     return fun
 
-def fit_family(pf: ParametricFamily, X, y, l1: float = 1e-3, n_hops: int = 10, maxiter_per_dim: int = 100,
-               rng: np.random.Generator | None = None, deadline: float | None = None) -> tuple[np.ndarray, float]:
-    "Basin hopping with BFGS on the ParFam loss (Eq. 5); returns (theta, loss). Stops hopping after `deadline` (perf_counter)."
+def fit_family(pf: ParametricFamily, X, y, l1: float = 1e-3, n_hops: int = 0, n_starts: int = 11,
+               maxiter_per_dim: int = 100, rng: np.random.Generator | None = None,
+               deadline: float | None = None) -> tuple[np.ndarray, float]:
+    "Minimise the ParFam loss (Eq. 5) by `n_starts` basin-hopping chains of `n_hops` hops, each from a fresh N(0, I) start; returns the best (theta, loss). After `deadline` (perf_counter) no new hop or chain starts."
+    if n_hops < 0 or n_starts < 1:
+        raise ValueError(f"need n_hops >= 0 and n_starts >= 1, got {n_hops}, {n_starts}")
     rng = np.random.default_rng(rng)
     Xt, yt = torch.as_tensor(X, dtype=torch.float64), torch.as_tensor(y, dtype=torch.float64)
     fun = _objective(pf, Xt, yt, l1)
-    stop = (lambda *a: time.perf_counter() > deadline) if deadline is not None else None
-    res = basinhopping(fun, rng.standard_normal(pf.n_params), niter=n_hops, seed=int(rng.integers(2**31)), callback=stop,
-                       minimizer_kwargs={"method": "BFGS", "jac": True,
-                                         "options": {"maxiter": maxiter_per_dim * X.shape[1]}})
-    return np.asarray(res.x, dtype=np.float64), float(res.fun)
+    late = (lambda: time.perf_counter() > deadline) if deadline is not None else (lambda: False)
+    best = None
+    for _ in range(n_starts):
+        if best is not None and late():
+            break
+        res = basinhopping(fun, rng.standard_normal(pf.n_params), niter=n_hops, seed=int(rng.integers(2**31)),
+                           callback=lambda *a: late(),
+                           minimizer_kwargs={"method": "BFGS", "jac": True,
+                                             "options": {"maxiter": maxiter_per_dim * X.shape[1]}})
+        if best is None or res.fun < best[1]:
+            best = (np.asarray(res.x, dtype=np.float64), float(res.fun))
+    return best
 
 # %% ../../nbs/parfam/02_implementation.ipynb #4cab0525
 def n_active(theta, tol: float = 0.01) -> int:
@@ -220,8 +233,8 @@ def n_active(theta, tol: float = 0.01) -> int:
     return int(np.sum(np.abs(theta) > tol))
 
 def prune(pf: ParametricFamily, theta, X, y, X_val, y_val, cutoffs=(1e-5, 1e-4, 1e-3, 1e-2), l1: float = 1e-5,
-          maxiter: int = 200, deadline: float | None = None) -> np.ndarray:
-    "Zero small coefficients and refit the rest, keeping a sparser model when validation allows (see text). Stops trying cutoffs after `deadline` (perf_counter)."
+          maxiter: int = 200, repeats: int = 2) -> np.ndarray:
+    "Zero small coefficients and refit the rest, keeping a sparser model when validation allows (see text); each cutoff is tried again (up to `repeats` times) while it is accepted."
     Xt, yt, Xv = (torch.as_tensor(a, dtype=torch.float64) for a in (X, y, X_val))
     best = pf.normalized(torch.as_tensor(theta, dtype=torch.float64)).numpy()
     def val_err(th):
@@ -229,26 +242,27 @@ def prune(pf: ParametricFamily, theta, X, y, X_val, y_val, cutoffs=(1e-5, 1e-4, 
             return relative_l2(y_val, pf(torch.from_numpy(th), Xv).numpy(), centred=True)
     best_err = val_err(best)
     for cutoff in cutoffs:
-        if deadline is not None and time.perf_counter() > deadline:
-            break
-        mask = np.abs(best) >= cutoff
-        if mask.all() or not mask.any():
-            continue
-        base = np.where(mask, best, 0.0)
-        res = minimize(_objective(pf, Xt, yt, l1, mask, base), best[mask], jac=True, method="L-BFGS-B",
-                       options={"maxiter": maxiter})
-        cand = base.copy()
-        cand[mask] = res.x
-        cand = pf.normalized(torch.from_numpy(cand)).numpy()
-        err = val_err(cand)
-        if np.isfinite(err) and (err < best_err or (err < 1.5 * best_err and n_active(cand, 0) < 0.75 * n_active(best, 0))):
+        for _ in range(repeats):
+            mask = np.abs(best) >= cutoff
+            if mask.all() or not mask.any():
+                break
+            base = np.where(mask, best, 0.0)
+            res = minimize(_objective(pf, Xt, yt, l1, mask, base), best[mask], jac=True, method="L-BFGS-B",
+                           options={"maxiter": maxiter})
+            cand = base.copy()
+            cand[mask] = res.x
+            cand = pf.normalized(torch.from_numpy(cand)).numpy()
+            err = val_err(cand)
+            if not (np.isfinite(err) and (err < best_err or
+                                          (err < 1.5 * best_err and n_active(cand, 0) < 0.75 * n_active(best, 0)))):
+                break
             best, best_err = cand, err
     return best
 
 # %% ../../nbs/parfam/02_implementation.ipynb #642ca09c
-def candidate_families(n_vars: int, functions=("sqrt", "exp", "sin", "cos"), max_degree_input: int = 2,
-                       max_degree_input_denominator: int = 0, max_degree_output: int = 2,
-                       max_degree_output_denominator: int = 2, max_power: int = 3) -> list[Family]:
+def candidate_families(n_vars: int, functions=("sqrt", "cos", "exp"), max_degree_input: int = 2,
+                       max_degree_input_denominator: int = 1, max_degree_output: int = 2,
+                       max_degree_output_denominator: int = 1, max_power: int = 3) -> list[Family]:
     "The families searched, in order: polynomials, rational functions, then each base function alone."
     functions = check_functions(functions)
     size = lambda f: ParametricFamily(f, n_vars, max_power).n_params
@@ -264,16 +278,18 @@ def candidate_families(n_vars: int, functions=("sqrt", "exp", "sin", "cos"), max
 # %% ../../nbs/parfam/02_implementation.ipynb #02c63509
 class ParFam(RegressorMixin, BaseEstimator):
     "Symbolic regression by continuous global optimisation over a parametric family (Scholl et al., ICLR 2025)."
-    def __init__(self, functions=("sqrt", "exp", "sin", "cos"),  # base functions g (names in FUNCTIONS)
+    def __init__(self, functions=("sqrt", "cos", "exp"),      # base functions g (names in FUNCTIONS); small.ini's
                  max_degree_input: int = 2,                    # degree of each g's argument numerator
-                 max_degree_input_denominator: int = 0,        # degree of each g's argument denominator (0: none)
+                 max_degree_input_denominator: int = 1,        # degree of each g's argument denominator (0: none)
                  max_degree_output: int = 2,                   # degree of the output numerator
-                 max_degree_output_denominator: int = 2,       # degree of the output denominator (0: none)
+                 max_degree_output_denominator: int = 1,       # degree of the output denominator (0: none)
                  families=None,                                # explicit list of Family to try instead of the above
                  l1: float = 1e-3,                             # lambda_1 of the L1 penalty (Eq. 4)
-                 n_hops: int = 10,                             # basin-hopping iterations per family
+                 n_hops: int = 0,                              # basin-hopping hops per chain
+                 n_starts: int = 11,                           # independent chains per family (1 and 10 hops: the paper's)
                  maxiter_per_dim: int = 100,                   # BFGS iterations per input dimension
-                 time_limit: float = 60.0,                     # seconds for the whole search
+                 time_limit: float = 60.0,                     # seconds for the search and the pruning together
+                 prune_share: float = 0.2,                     # share of time_limit kept back for pruning
                  max_train_points: int = 500,                  # subsample larger training sets
                  validation_fraction: float = 0.2,             # held out to choose the family and prune
                  prune: bool = True,                           # zero and refit small coefficients
@@ -287,8 +303,10 @@ class ParFam(RegressorMixin, BaseEstimator):
         self.families = families
         self.l1 = l1
         self.n_hops = n_hops
+        self.n_starts = n_starts
         self.maxiter_per_dim = maxiter_per_dim
         self.time_limit = time_limit
+        self.prune_share = prune_share
         self.max_train_points = max_train_points
         self.validation_fraction = validation_fraction
         self.prune = prune
@@ -307,20 +325,22 @@ class ParFam(RegressorMixin, BaseEstimator):
     def fit(self, X, y):
         "Search the families for the one with the lowest validation error; store it, its coefficients and formula."
         start = time.perf_counter()
-        X, y = check_X_y(X, y, dtype=np.float64, y_numeric=True)
+        X, y = validate_data(self, X, y, dtype=np.float64, y_numeric=True)
         if len(y) < 5:
-            raise ValueError(f"X: need at least 5 samples, got {len(y)}")
+            raise ValueError(f"X: need at least 5 samples to hold out a validation set, got n_samples = {len(y)}")
         if not 0 < self.validation_fraction < 1:
             raise ValueError(f"validation_fraction must be in (0, 1), got {self.validation_fraction}")
         if not self.time_limit > 0:
             raise ValueError(f"time_limit must be > 0 seconds, got {self.time_limit}")
+        if not 0 <= self.prune_share < 1:
+            raise ValueError(f"prune_share must be in [0, 1), got {self.prune_share}")
         check_functions(self.functions)
         families = self._families(X.shape[1])
         rng = np.random.default_rng(self.random_state)
         idx = rng.permutation(len(y))[: int(self.max_train_points / (1 - self.validation_fraction))]
         n_val = max(1, int(round(self.validation_fraction * len(idx))))
         tr, va = idx[n_val:], idx[:n_val]
-        deadline = start + self.time_limit
+        deadline = start + (1 - self.prune_share * bool(self.prune)) * self.time_limit  # the search's part
         Xv = torch.from_numpy(X[va])
         self.search_log_, best = [], None
         for fam in families:
@@ -328,7 +348,8 @@ class ParFam(RegressorMixin, BaseEstimator):
                 break
             pf = ParametricFamily(fam, X.shape[1])
             t0 = time.perf_counter()
-            theta, _ = fit_family(pf, X[tr], y[tr], self.l1, self.n_hops, self.maxiter_per_dim, rng, deadline)
+            theta, _ = fit_family(pf, X[tr], y[tr], self.l1, self.n_hops, self.n_starts, self.maxiter_per_dim, rng,
+                                  deadline)
             with torch.no_grad():
                 err = relative_l2(y[va], pf(torch.from_numpy(theta), Xv).numpy(), centred=True)
             err = err if np.isfinite(err) else np.inf
@@ -339,10 +360,10 @@ class ParFam(RegressorMixin, BaseEstimator):
             if err < 1e-4 and n_active(pf.normalized(torch.from_numpy(theta)).numpy()) < 10:
                 break
         err, pf, theta = best
-        if self.prune:
-            theta = prune(pf, theta, X[tr], y[tr], X[va], y[va], deadline=deadline)
+        self.search_seconds_ = time.perf_counter() - start
+        if self.prune:  # always, however late: the search left it its share of the budget
+            theta = prune(pf, theta, X[tr], y[tr], X[va], y[va])
         self.model_, self.family_, self.coef_ = pf, pf.family, pf.normalized(torch.from_numpy(theta)).numpy()
-        self.n_features_in_ = X.shape[1]
         with torch.no_grad():
             self.val_error_ = relative_l2(y[va], pf(torch.from_numpy(self.coef_), Xv).numpy(), centred=True)
         positive = [bool(np.all(X[:, j] > 0)) for j in range(X.shape[1])]
@@ -355,8 +376,6 @@ class ParFam(RegressorMixin, BaseEstimator):
     def predict(self, X):
         "Evaluate the fitted formula's model (unrounded coefficients) on X."
         check_is_fitted(self, "coef_")
-        X = check_array(X, dtype=np.float64)
-        if X.shape[1] != self.n_features_in_:
-            raise ValueError(f"X has {X.shape[1]} features, but ParFam was fitted with {self.n_features_in_}")
+        X = validate_data(self, X, dtype=np.float64, reset=False)
         with torch.no_grad():
             return self.model_(torch.from_numpy(self.coef_), torch.from_numpy(X)).numpy()
