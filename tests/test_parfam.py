@@ -127,7 +127,7 @@ def test_fit_family_respects_deadline():
     start = time.perf_counter()
     fit_family(pf, X, y, n_hops=1000, n_starts=1, rng=rng, deadline=start + 0.5)
     fit_family(pf, X, y, n_hops=0, n_starts=1000, rng=rng, deadline=start + 1.0)
-    assert time.perf_counter() - start < 6.0
+    assert time.perf_counter() - start < 3.0
 
 
 def test_symbolic_check():
@@ -185,34 +185,37 @@ def _rows(table, noise=0.0, kind="rational"):
 
 def test_claim_rules_are_computed():
     # ParFam accurate on 3 of 4 problems on every seed, gplearn on 1 or 2: C1 reproduced; Operon missing: not_run
-    pf = [[(1, 1), (1, 1), (1, 0), (0, 0)]] * 3
+    pf = [[(1, 1), (1, 1), (1, 1), (0, 0)]] * 3
     gp = [[(1, 0), (0, 0), (0, 0), (0, 0)], [(1, 0), (1, 0), (0, 0), (0, 0)], [(1, 0), (0, 0), (0, 0), (0, 0)]]
     rows = _rows({"ParFam": pf, "gplearn": gp})
     c = {r["id"]: r for r in experiment.make_claims(rows, (0.0,), budget=2.0)}
     assert c["C1-vs-gplearn"]["verdict"] == "reproduced" and c["C1b-vs-operon"]["verdict"] == "not_run"
     assert c["C1-vs-gplearn"]["replicates"] == 3 and c["C1-vs-gplearn"]["interval"]["lo"] > 0
-    assert c["C2a-symbolic-rational"]["verdict"] == "reproduced"          # 50% on every seed: lower end 50
+    assert c["C2a-symbolic-rational"]["verdict"] == "reproduced"          # 75% on every seed, above the paper's 56.6
     assert c["C2b-symbolic-function"]["verdict"] == "not_run"              # no function problems
     assert c["C3-noise"]["verdict"] == "not_run"                           # no noise level
-    # Operon better on one seed and worse on another: estimate 0 -> partial; worse everywhere -> not reproduced
+    # Operon better on one seed and worse on another: estimate 0, a tie -> not reproduced; slightly worse -> partial
     op = [[(1, 0)] * 3 + [(1, 0)], [(1, 0)] * 2 + [(0, 0)] * 2, [(1, 0)] * 3 + [(0, 0)]]
     c = {r["id"]: r for r in experiment.make_claims(rows + _rows({"Operon": op}), (0.0,))}
-    assert c["C1b-vs-operon"]["verdict"] == "partial" and c["C1b-vs-operon"]["interval"]["estimate"] == 0
+    assert c["C1b-vs-operon"]["verdict"] == "not_reproduced" and c["C1b-vs-operon"]["interval"]["estimate"] == 0
+    op = [[(1, 0)] * 3 + [(1, 0)], [(1, 0)] * 2 + [(0, 0)] * 2, [(1, 0)] * 2 + [(0, 0)] * 2]
+    c = {r["id"]: r for r in experiment.make_claims(rows + _rows({"Operon": op}), (0.0,))}
+    assert c["C1b-vs-operon"]["verdict"] == "partial" and c["C1b-vs-operon"]["interval"]["lo"] < 0
     c = {r["id"]: r for r in experiment.make_claims(rows + _rows({"Operon": [[(1, 0)] * 4] * 3}), (0.0,))}
     assert c["C1b-vs-operon"]["verdict"] == "not_reproduced"
-    # symbolic rates of 25% on the rational problems: C2a not reproduced
-    low = _rows({"ParFam": [[(1, 1), (1, 0), (1, 0), (1, 0)]] * 3, "gplearn": gp})
+    # symbolic rates of 50% on the rational problems: below the paper's 56.6, not reproduced
+    low = _rows({"ParFam": [[(1, 1), (1, 1), (1, 0), (1, 0)]] * 3, "gplearn": gp})
     assert {r["id"]: r for r in experiment.make_claims(low)}["C2a-symbolic-rational"]["verdict"] == "not_reproduced"
+    assert "K1-checker-guard" not in {r["id"] for r in experiment.make_claims(low)}  # no out-of-family job: no check
 
 
 def test_function_claim_needs_the_rational_arm_to_be_beaten():
     fn = lambda pf, rat: _rows({"ParFam": pf, "ParFam, rational only": rat}, kind="function")
-    yes = fn([[(1, 1), (1, 0)]] * 3, [[(1, 0), (1, 0)]] * 3)
-    assert {r["id"]: r for r in experiment.make_claims(yes)}["C2b-symbolic-function"]["verdict"] == "reproduced"
-    some = fn([[(1, 1), (1, 0)], [(1, 0), (1, 0)], [(1, 0), (1, 0)]], [[(1, 0), (1, 0)]] * 3)
-    assert {r["id"]: r for r in experiment.make_claims(some)}["C2b-symbolic-function"]["verdict"] == "partial"
-    none = fn([[(1, 0), (1, 0)]] * 3, [[(1, 0), (1, 0)]] * 3)
-    assert {r["id"]: r for r in experiment.make_claims(none)}["C2b-symbolic-function"]["verdict"] == "not_reproduced"
+    verdict = lambda rows: {r["id"]: r for r in experiment.make_claims(rows)}["C2b-symbolic-function"]["verdict"]
+    assert verdict(fn([[(1, 1), (1, 1)]] * 3, [[(1, 0), (1, 0)]] * 3)) == "reproduced"
+    assert verdict(fn([[(1, 1), (1, 0)]] * 3, [[(1, 0), (1, 0)]] * 3)) == "partial"       # 50%: below the paper
+    assert verdict(fn([[(1, 1), (1, 0)], [(1, 0), (1, 0)], [(1, 0), (1, 0)]], [[(1, 0), (1, 0)]] * 3)) == "not_reproduced"
+    assert verdict(fn([[(1, 0), (1, 0)]] * 3, [[(1, 0), (1, 0)]] * 3)) == "not_reproduced"
 
 
 def test_noise_claim_and_checks_can_fail():
@@ -323,6 +326,7 @@ def test_formula_agrees_with_predict():
         via_formula = np.asarray(f(*X.T), dtype=float) * np.ones(len(X))
         pred = model.predict(X)
         assert 1 - np.sum((via_formula - pred) ** 2) / np.sum((pred - pred.mean()) ** 2) > 0.999, model.formula_
+        assert np.max(np.abs(via_formula - pred)) <= 0.02 * np.max(np.abs(pred)), model.formula_
         assert model.formula_ != 0
 
 

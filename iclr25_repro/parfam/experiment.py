@@ -21,8 +21,8 @@ from ..core.results import check, claim, fmt, mean_interval, paired_interval
 from ..core.runtime import ScaledConfig, map_jobs, one_thread, workers_device
 
 # %% auto #0
-__all__ = ['KINDS', 'R', 'G', 'O', 'PROBLEMS', 'MAX_OPS', 'GPLEARN_SETTINGS', 'METHODS', 'PAPER', 'PAPER_RATES', 'Problem',
-           'round_floats', 'resolve_abs', 'is_symbolic_solution', 'fit_gplearn', 'fit_operon', 'fit_parfam',
+__all__ = ['KINDS', 'R', 'G', 'O', 'PROBLEMS', 'MAX_OPS', 'GPLEARN_SETTINGS', 'METHODS', 'PAPER', 'PAPER_SYMBOLIC', 'PAPER_RATES',
+           'Problem', 'round_floats', 'resolve_abs', 'is_symbolic_solution', 'fit_gplearn', 'fit_operon', 'fit_parfam',
            'fit_parfam_rational', 'Config', 'run_job', 'jobs_for', 'rates', 'make_claims', 'budget_slack', 'plan',
            'run']
 
@@ -69,14 +69,14 @@ class Problem:
 _F = (1, 5)  # the AI Feynman table's most common range
 R, G, O = KINDS
 PROBLEMS = (
-    # the ci problems: three rational, two that need a base function, one outside every one-function family
+    # the ci problems: two rational, two that need a base function, one outside every one-function family
     Problem("I.12.1", "x0*x1", (_F, _F), R),
     Problem("II.38.14", "x0/(2*(1 + x1))", (_F, _F), R),
-    Problem("I.29.4", "x0/x1", ((1, 10), (1, 10)), R),
     Problem("Nguyen-8", "sqrt(x0)", ((0, 4),), G),
     Problem("I.6.2a", "exp(-x0**2/2)/sqrt(2*pi)", ((1, 3),), G),
     Problem("Nguyen-5", "sin(x0**2)*cos(x0) - 1", ((-1, 1),), O),
     # the full preset adds these, each inside the paper's search (inputs of degree <= 2 over <= 2, outputs <= 4 over <= 3)
+    Problem("I.29.4", "x0/x1", ((1, 10), (1, 10)), R),
     Problem("II.3.24", "x0/(4*pi*x1**2)", (_F, _F), R),
     Problem("III.10.19", "x0*sqrt(x1**2 + x2**2 + x3**2)", (_F, _F, _F, _F), G),
     Problem("I.14.3", "x0*x1*x2", (_F, _F, _F), R),
@@ -175,17 +175,17 @@ def _gplearn_sympy(program: str, n_vars: int) -> sp.Expr:
            "neg": lambda a: -a, "inv": lambda a: 1 / a, "abs": sp.Abs}
     return sp.sympify(program, locals={**ops, **{f"X{i}": x for i, x in enumerate(xs)}})
 
-GPLEARN_SETTINGS = dict(  # SRBench's gplearn configuration (its first grid point), generations until the budget
+GPLEARN_SETTINGS = dict(  # SRBench's gplearn configuration; its grid pairs populations 1000, 500, 100 with 500, 1000, 5000 generations
     population_size=1000, tournament_size=20, init_depth=(2, 6), init_method="half and half",
     metric="mean absolute error", parsimony_coefficient=1e-3, p_crossover=0.9, p_subtree_mutation=0.01,
     p_hoist_mutation=0.01, p_point_mutation=0.01, p_point_replace=0.05, max_samples=1.0,
     function_set=("add", "sub", "mul", "div", "log", "sqrt", "sin", "cos"))
 
-def fit_gplearn(X, y, budget: float, seed: int):
+def fit_gplearn(X, y, budget: float, seed: int, population_size: int = 1000):
     "gplearn with SRBench's settings, one generation at a time until `budget` seconds have passed; returns (predict, sympy expr, note)."
     from gplearn.genetic import SymbolicRegressor
-    est = SymbolicRegressor(**GPLEARN_SETTINGS, generations=1, warm_start=True, stopping_criteria=1e-12,
-                            random_state=seed, n_jobs=1)
+    est = SymbolicRegressor(**{**GPLEARN_SETTINGS, "population_size": population_size}, generations=1, warm_start=True,
+                            stopping_criteria=1e-12, random_state=seed, n_jobs=1)
     start = last = time.perf_counter()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -245,6 +245,7 @@ class Config(ScaledConfig):
     noisy_methods: tuple[str, ...] = ("ParFam", "gplearn", "Operon")  # methods also run at noise > 0
     rational_arm_on: tuple[str, ...] = ("function",)  # problem kinds the rational-only arm runs on
     budget_s: float = 1.5          # wall-clock seconds per job, the same for every method (Operon's rounded up)
+    gplearn_population: int = 100  # SRBench's grid point for the most generations: a few seconds allow few
     n_train: int = 200
     n_test: int = 200
     n_workers: int = 2
@@ -255,6 +256,7 @@ class Config(ScaledConfig):
                      n_train=100, n_test=100, n_workers=1),
         "ci": {},
         "full": dict(problems=tuple(p.name for p in PROBLEMS), noises=(0.0, 0.01), budget_s=10.0, n_train=500,
+                     gplearn_population=500,
                      n_test=1000, n_workers=16,
                      parfam_params=dict(functions=("sqrt", "cos", "exp"), n_starts=11, max_degree_input=2,
                                         max_degree_input_denominator=2, max_degree_output=4,
@@ -270,17 +272,18 @@ def _problem(name: str) -> Problem:
     raise ValueError(f"problem {name!r} is not one of {[p.name for p in PROBLEMS]}")
 
 def run_job(problem: str, noise: float, method: str, budget: float, n_train: int, n_test: int, seed: int,
-            parfam_params: dict | None = None) -> dict:
+            parfam_params: dict | None = None, gplearn_population: int = 1000) -> dict:
     "Fit `method` on `problem` at `noise` within `budget` seconds, on one thread; return the job's row."
     with one_thread():
-        return _run_job(problem, noise, method, budget, n_train, n_test, seed, parfam_params)
+        return _run_job(problem, noise, method, budget, n_train, n_test, seed, parfam_params, gplearn_population)
 
-def _run_job(problem, noise, method, budget, n_train, n_test, seed, parfam_params):
+def _run_job(problem, noise, method, budget, n_train, n_test, seed, parfam_params, gplearn_population):
     p = _problem(problem)
     data_seed = [seed, zlib.crc32(p.name.encode()), int(round(noise * 1e4))]  # stable if problems are added
     X, y = p.sample(n_train, np.random.default_rng(data_seed), noise)
     X_test, y_test = p.sample(n_test, np.random.default_rng(data_seed + [1]), 0.0)
-    kwargs = dict(parfam_params or {}) if method.startswith("ParFam") else {}
+    kwargs = (dict(parfam_params or {}) if method.startswith("ParFam") else
+              {"population_size": gplearn_population} if method == "gplearn" else {})
     _import_method(method)  # imports are not part of the budget
     start = time.perf_counter()
     try:
@@ -318,11 +321,14 @@ def jobs_for(cfg: Config) -> list[dict]:
                     if m == "ParFam, rational only" and (kind not in cfg.rational_arm_on or nz > 0):
                         continue
                     jobs.append(dict(problem=name, noise=nz, method=m, budget=cfg.budget_s, n_train=cfg.n_train,
-                                     n_test=cfg.n_test, seed=cfg.seed + s, parfam_params=cfg.parfam_params))
+                                     n_test=cfg.n_test, seed=cfg.seed + s, parfam_params=cfg.parfam_params,
+                                     gplearn_population=cfg.gplearn_population))
     return jobs
 
 PAPER = {"title": "ParFam: (Neural Guided) Symbolic Regression via Continuous Global Optimization",
          "arxiv": "2310.05537", "code": "https://github.com/Philipp238/parfam"}
+
+PAPER_SYMBOLIC = 56.6  # ParFam's symbolic-solution rate on SRBench's ground-truth problems without noise (%)
 
 # the paper's SRBench rates (accuracy and symbolic solutions, %), by method and noise level
 PAPER_RATES = {("ParFam", 0.0): (93.0, 56.6), ("ParFam", 0.01): (89.9, 42.6), ("gplearn", 0.0): (29.5, 12.8),
@@ -358,12 +364,12 @@ def make_claims(rows: list[dict], noises=(0.0,), budget: float | None = None) ->
                                   ("C1b-vs-operon", "Operon", "ParFam 93.0% vs Operon 86.8%")):
         iv, ours, theirs = _paired(rows, "ParFam", base, 0.0)
         rule = (f"reproduced if the 95% interval of ParFam's accuracy rate minus {base}'s (per seed, noise 0) lies "
-                "above 0; partial if its estimate is at least 0")
+                "above 0; partial if its estimate is above 0 (a tie is not reproduced)")
         out.append(claim(cid, f"ParFam's accuracy-solution rate (test R^2 > 0.999) is higher than {base}'s.",
                          "accuracy solutions at noise 0 (%), ParFam", paper=93.0, paper_tests="direction", ours=ours,
                          baseline=theirs,
                          interval=iv, rule=rule, reproduced=iv is not None and iv["lo"] > 0,
-                         partial=iv is not None and iv["estimate"] >= 0,
+                         partial=iv is not None and iv["estimate"] > 0,
                          ours_interval=_ci(mean_interval(list(rates(rows, "ParFam", 0.0).values())))
                          if ours is not None else None,
                          note=f"paper (SRBench, 8 h per problem): {paper_note}; here {n_problems} generated formulas, "
@@ -372,24 +378,32 @@ def make_claims(rows: list[dict], noises=(0.0,), budget: float | None = None) ->
     sym_r = list(rates(rows, "ParFam", 0.0, "symbolic", ("rational",)).values())
     iv = mean_interval(sym_r, of="mean over seeds of the per-seed symbolic rate (%)") if len(sym_r) >= 2 else None
     out.append(claim("C2a-symbolic-rational", "ParFam recovers rational formulas symbolically.",
-                     "symbolic solutions among the rational problems at noise 0 (%)", paper=56.6,
-                     paper_tests="direction",
+                     "symbolic solutions among the rational problems at noise 0 (%)", paper=PAPER_SYMBOLIC,
+                     paper_tests="size",
                      ours=None if iv is None else iv["estimate"], interval=iv,
-                     rule="reproduced if the 95% interval's lower end is at least 50%; partial if its estimate is",
-                     reproduced=iv is not None and iv["lo"] >= 50.0, partial=iv is not None and iv["estimate"] >= 50.0,
+                     rule="reproduced if the 95% interval's lower end is at least the paper's 56.6% (a rate inside "
+                          "the family should not be lower than the paper's rate over all problems); partial if its "
+                          "estimate is", reproduced=iv is not None and iv["lo"] >= PAPER_SYMBOLIC,
+                     partial=iv is not None and iv["estimate"] >= PAPER_SYMBOLIC,
                      note="the paper's 56.6% is over all of SRBench; a rational formula needs no base function, so "
                           "this measures the continuous search and the pruning"))
     # C2b: problems that need a base function; ParFam against the same search without base functions
     iv, ours, theirs = _paired(rows, "ParFam", "ParFam, rational only", 0.0, "symbolic", ("function",))
+    own = mean_interval(list(rates(rows, "ParFam", 0.0, "symbolic", ("function",)).values())) if iv else None
     out.append(claim("C2b-symbolic-function", "ParFam recovers formulas that need a base function symbolically, "
                      "which its rational families alone cannot.",
-                     "symbolic solutions among the base-function problems at noise 0 (%)", paper=56.6,
-                     paper_tests="direction", ours=ours,
-                     baseline=theirs, interval=iv,
-                     rule="reproduced if the 95% interval of ParFam's symbolic rate minus the rational-only arm's "
-                          "(per seed) lies above 0; partial if its estimate is above 0",
-                     reproduced=iv is not None and iv["lo"] > 0, partial=iv is not None and iv["estimate"] > 0,
-                     note="baseline: the same search restricted to polynomials and rational functions, same budget"))
+                     "symbolic solutions among the base-function problems at noise 0 (%)", paper=PAPER_SYMBOLIC,
+                     paper_tests="size", ours=ours, baseline=theirs, interval=own,
+                     ours_interval=_ci(own), baseline_interval=None,
+                     rule="reproduced if the 95% interval of ParFam's symbolic rate has its lower end at least at the "
+                          "paper's 56.6%; partial if the interval of ParFam's rate minus the rational-only arm's lies "
+                          "above 0 (it recovers some formula that rational families cannot express)",
+                     reproduced=own is not None and own["lo"] >= PAPER_SYMBOLIC,
+                     partial=iv is not None and iv["lo"] > 0,
+                     note="baseline: the same search restricted to polynomials and rational functions at the same "
+                          "budget, whose symbolic rate here is 0 by construction (no rational function equals these "
+                          "formulas); the comparison says that the base functions, not the rational search, found "
+                          "the formulas"))
     hi = max(noises)
     if hi > 0:
         iv, ours, theirs = _paired(rows, "ParFam", "gplearn", hi)
@@ -411,10 +425,11 @@ def make_claims(rows: list[dict], noises=(0.0,), budget: float | None = None) ->
                           "not run at this scale: the noise level is in the full preset only"))
     # checks: the symbolic check rejects what cannot be right; every method saw the same data; budgets held
     outside = [r for r in rows if r["kind"] == "outside" and r["method"].startswith("ParFam")]
-    out.append(check("K1-checker-guard", "No ParFam fit of a formula outside every one-function family is counted "
-                     "as a symbolic solution.", "ParFam jobs on out-of-family problems scored symbolic",
-                     ours=sum(r["symbolic"] for r in outside), passed=not any(r["symbolic"] for r in outside),
-                     rule="passed if none is", note=f"{len(outside)} jobs"))
+    if outside:
+            out.append(check("K1-checker-guard", "No ParFam fit of a formula outside every one-function family is "
+                         "counted as a symbolic solution.", "ParFam jobs on out-of-family problems scored symbolic",
+                         ours=sum(r["symbolic"] for r in outside), passed=not any(r["symbolic"] for r in outside),
+                         rule="passed if none is", note=f"{len(outside)} jobs"))
     by_data = {}
     for r in rows:
         by_data.setdefault((r["problem"], r["noise"], r["seed"]), set()).add(r["data"])
@@ -425,8 +440,9 @@ def make_claims(rows: list[dict], noises=(0.0,), budget: float | None = None) ->
     if budget is not None:
         slack = budget_slack(budget)
         over = [r for r in rows if r["seconds"] > budget + slack]
+        worst = max(r["seconds"] for r in rows) - budget if rows else 0.0
         out.append(check("K3-budget", "Every job kept to its budget, up to the last step in flight.",
-                         "jobs over budget + slack", ours=len(over), passed=not over,
+                         "largest overrun of the budget (s)", ours=round(worst, 2), passed=not over,
                          rule=f"passed if no job took longer than the budget plus {slack:.2f} s (a BFGS run, a "
                               "gplearn generation or Operon's last generation in flight)"))
     return out

@@ -244,7 +244,7 @@ def prune(pf: ParametricFamily, theta, X, y, X_val, y_val, cutoffs=(1e-5, 1e-4, 
     for cutoff in cutoffs:
         for _ in range(repeats):
             mask = np.abs(best) >= cutoff
-            if mask.all() or not mask.any():
+            if mask.sum() == np.count_nonzero(best) or not mask.any():  # nothing new to zero, or nothing left
                 break
             base = np.where(mask, best, 0.0)
             res = minimize(_objective(pf, Xt, yt, l1, mask, base), best[mask], jac=True, method="L-BFGS-B",
