@@ -197,6 +197,61 @@ def test_loo_r2_recovers_a_linear_relation():
     assert experiment.loo_r2(rng.normal(size=(9, 3)), y) < 0.5
 
 
+def test_loo_r2_equals_a_hand_written_leave_one_out():
+    def reference(X, y, k=2):  # PCA by SVD and least squares, refitted without each point in turn
+        preds = np.zeros(len(X))
+        for i in range(len(X)):
+            m = np.arange(len(X)) != i
+            mu = X[m].mean(0)
+            P = np.linalg.svd(X[m] - mu, full_matrices=False)[2][:k].T
+            w = np.linalg.lstsq(np.c_[(X[m] - mu) @ P, np.ones(m.sum())], y[m], rcond=None)[0]
+            preds[i] = np.r_[(X[i] - mu) @ P, 1.0] @ w
+        return 1 - ((y - preds) ** 2).sum() / ((y - y.mean()) ** 2).sum()
+    rng = np.random.default_rng(3)
+    for _ in range(3):
+        X, y = rng.normal(size=(9, 8)), rng.normal(size=9)
+        assert abs(experiment.loo_r2(X, y) - reference(X, y)) < 1e-10
+
+
+class _UserField(torch.nn.Module):
+    "A field a user might bring: one MLP on the concatenated state and context."
+    def __init__(self, d=2, c=3, width=16):
+        super().__init__()
+        self.net = torch.nn.Sequential(torch.nn.Linear(d + c, width), torch.nn.Tanh(), torch.nn.Linear(width, d))
+
+    def forward(self, x, xi):
+        return self.net(torch.cat([x, xi], dim=-1))
+
+
+def test_stacked_field_members_equal_each_member_alone():
+    import copy
+    from iclr25_repro.ncf.model import StackedField
+    torch.manual_seed(0)
+    sf = StackedField(lambda: _UserField().double(), members=3)
+    xs, xe, xj = (torch.randn(3, 5, k, dtype=torch.float64) for k in (2, 3, 3))
+    for order in (0, 1, 2):
+        together = csm_field(sf, xs, xe, xj, order=order)
+        for k in range(3):
+            solo = copy.deepcopy(sf._base).to_empty(device="cpu")
+            solo.load_state_dict({n: p[k] for n, p in zip(sf.names, sf.stacked)})
+            assert torch.allclose(together[k], csm_field(solo, xs[k], xe[k], xj[k], order=order), atol=1e-12)
+    assert not torch.equal(sf.stacked[0][0], sf.stacked[0][1])  # independent initialisations
+    with pytest.raises(TypeError, match="nn.Module"):
+        StackedField(lambda: (lambda x, xi: x), members=1)
+    with pytest.raises(ValueError, match="buffers"):
+        StackedField(lambda: torch.nn.BatchNorm1d(2), members=1)
+
+
+def test_a_user_supplied_field_trains(lv_data):
+    _, tr, t = lv_data
+    m = NCF(2, tr.shape[0], context_dim=3, pool=2, members=2, method="midpoint", field=lambda: _UserField(2, 3, 16))
+    hist = m.fit(tr, t, steps=12, lr=1e-2, seed=0)
+    assert hist.shape == (12, 2) and np.all(hist[-1] < 0.5 * hist[0])
+    ctx = m.adapt(tr[:1], t, steps=3)
+    assert m.predict(tr[:1, :, 0], t, ctx).shape == (2, 1, 2, len(t), 2)
+    assert m.candidates(tr[:1, :, 0], t, ctx).shape == (2, 1, tr.shape[0], 2, len(t), 2)
+
+
 def test_make_claims_rules_at_the_boundaries():
     def results(ofa_id, ncf_id, ncf_ood, ctx_ood, r2, cov, rho):
         out = []

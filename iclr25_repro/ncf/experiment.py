@@ -89,17 +89,13 @@ def _mse(pred: torch.Tensor, truth, dims=(1, 2, 3, 4)) -> np.ndarray:
     return ((pred - torch.as_tensor(truth, device=pred.device)) ** 2).mean(dim=dims).cpu().numpy()
 
 def loo_r2(X: np.ndarray, y: np.ndarray, n_components: int = 2) -> float:
-    "Leave-one-out R^2 of a linear map from the first principal components of X to y (PCA refitted per fold)."
-    n = len(X)
-    preds = np.zeros(n)
-    for i in range(n):
-        m = np.arange(n) != i
-        mu = X[m].mean(0)
-        _, _, Vt = np.linalg.svd(X[m] - mu, full_matrices=False)
-        P = Vt[:n_components].T
-        Z = np.c_[(X[m] - mu) @ P, np.ones(m.sum())]
-        w = np.linalg.lstsq(Z, y[m], rcond=None)[0]
-        preds[i] = np.r_[(X[i] - mu) @ P, 1.0] @ w
+    "Leave-one-out R^2 of a linear map from the first principal components of X to y (scikit-learn; PCA refitted per fold)."
+    from sklearn.decomposition import PCA
+    from sklearn.linear_model import LinearRegression
+    from sklearn.model_selection import LeaveOneOut, cross_val_predict
+    from sklearn.pipeline import make_pipeline
+    X, y = np.asarray(X, dtype=np.float64), np.asarray(y, dtype=np.float64)
+    preds = cross_val_predict(make_pipeline(PCA(n_components), LinearRegression()), X, y, cv=LeaveOneOut())
     return float(1 - ((y - preds) ** 2).sum() / ((y - y.mean()) ** 2).sum())
 
 def train_and_evaluate(system_name: str, model: str, cfg_dict: dict, data: dict) -> list[dict]:

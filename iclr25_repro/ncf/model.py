@@ -5,16 +5,18 @@
 # %% ../../nbs/ncf/02_implementation.ipynb #d1e54baf
 from __future__ import annotations
 
+import copy
 import math
 from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 import torch
 import torch.nn as nn
-from torch.func import jvp
+from torch.func import functional_call, jvp, stack_module_state, vmap
 
 # %% auto #0
-__all__ = ['GO_IC_RANGE', 'MLP', 'ContextField', 'csm_field', 'rk4', 'lotka_volterra', 'glycolytic', 'System',
+__all__ = ['GO_IC_RANGE', 'MLP', 'ContextField', 'csm_field', 'StackedField', 'rk4', 'lotka_volterra', 'glycolytic', 'System',
            'lotka_volterra_system', 'glycolytic_system', 'generate', 'NCF']
 
 # %% ../../nbs/ncf/02_implementation.ipynb #112ab44e
@@ -130,6 +132,32 @@ def csm_field(field: nn.Module, x: torch.Tensor, xi_e: torch.Tensor, xi_j: torch
         return value + jd
     _, hdd = jvp(lambda xi: jvp(f_of, (xi,), (delta,))[1], (xi_j,), (delta,))
     return value + jd + 0.5 * hdd
+
+# %% ../../nbs/ncf/02_implementation.ipynb #5b49efc2
+class StackedField(nn.Module):
+    "`members` independently initialised copies of a single-member field f(x, xi), evaluated together by vmap; inputs (members, batch, .)."
+    def __init__(self, make: Callable[[], nn.Module], members: int = 1):
+        super().__init__()
+        if members < 1:
+            raise ValueError(f"members must be at least 1, got {members}")
+        copies = [make() for _ in range(members)]
+        if not all(isinstance(c, nn.Module) for c in copies):
+            raise TypeError("field: the factory must return an nn.Module f(x, xi)")
+        params, buffers = stack_module_state(copies)
+        if buffers:
+            raise ValueError(f"field: modules with buffers ({sorted(buffers)}) are not supported")
+        if not params:
+            raise ValueError("field: the module has no parameters to train")
+        self.names = list(params)
+        self.stacked = nn.ParameterList([nn.Parameter(params[k]) for k in self.names])  # each (members, ...)
+        object.__setattr__(self, "_base", copy.deepcopy(copies[0]).to("meta"))  # a template, not a submodule
+        self.members = members
+
+    def forward(self, x: torch.Tensor, xi: torch.Tensor) -> torch.Tensor:
+        if x.ndim != 3 or x.shape[0] != self.members:
+            raise ValueError(f"x must have shape ({self.members}, batch, d), got {tuple(x.shape)}")
+        one = lambda p, x, xi: functional_call(self._base, p, (x, xi))
+        return vmap(one)(dict(zip(self.names, self.stacked)), x, xi)
 
 # %% ../../nbs/ncf/02_implementation.ipynb #d46433c1
 def rk4(f, x0: torch.Tensor, t: torch.Tensor, substeps: int = 1, method: str = "rk4") -> torch.Tensor:
@@ -248,7 +276,7 @@ class NCF(nn.Module):
     independently initialised copies trained together (an ensemble; members=1 is a single model)."""
     def __init__(self, state_dim: int, n_envs: int, context_dim: int = 8, width: int = 32, order: int = 1,
                  pool: int = 3, self_pool: bool = False, substeps: int = 1, members: int = 1, ctx_reg: float = 1e-3,
-                 weight_reg: float = 1e-3, method: str = "rk4"):
+                 weight_reg: float = 1e-3, method: str = "rk4", field: Callable[[], nn.Module] | None = None):
         super().__init__()
         if n_envs < 1:
             raise ValueError(f"n_envs must be at least 1, got {n_envs}")
@@ -262,7 +290,8 @@ class NCF(nn.Module):
             raise ValueError(f"method must be 'rk4' or 'midpoint', got {method!r}")
         if self_pool and pool != 1:
             raise ValueError("self_pool=True uses each environment as its own pool: pass pool=1")
-        self.field = ContextField(state_dim, context_dim, width, members)
+        # the paper's architecture (Taylor-mode expansion), or any f(x, xi) module the user's factory builds (jvp)
+        self.field = ContextField(state_dim, context_dim, width, members) if field is None else StackedField(field, members)
         self.contexts = nn.Parameter(torch.zeros(members, n_envs, context_dim))
         self.state_dim, self.n_envs, self.context_dim, self.members = state_dim, n_envs, context_dim, members
         self.order, self.pool, self.self_pool, self.substeps = order, pool, self_pool, substeps
@@ -285,6 +314,8 @@ class NCF(nn.Module):
     def rhs(self, xi_e: torch.Tensor, xi_j: torch.Tensor, order: int):
         "x -> the self-modulated field (Eq. 1) with per-row contexts; the context part is computed once (Taylor mode)."
         fld = self.field
+        if isinstance(fld, StackedField):  # a user's field: the generic expansion of Eq. (1) by forward-mode AD
+            return lambda x: csm_field(fld, x, xi_e, xi_j, order)
         if self.context_dim == 0:
             return fld
         if order == 0:

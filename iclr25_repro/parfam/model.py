@@ -207,8 +207,9 @@ def _objective(pf, X, y, l1, mask=None, base=None):
 
 def fit_family(pf: ParametricFamily, X, y, l1: float = 1e-3, n_hops: int = 0, n_starts: int = 11,
                maxiter_per_dim: int = 100, rng: np.random.Generator | None = None,
-               deadline: float | None = None) -> tuple[np.ndarray, float]:
-    "Minimise the ParFam loss (Eq. 5) by `n_starts` basin-hopping chains of `n_hops` hops, each from a fresh N(0, I) start; returns the best (theta, loss). After `deadline` (perf_counter) no new hop or chain starts."
+               deadline: float | None = None, temperature: float = 1.0,
+               stepsize: float = 0.5) -> tuple[np.ndarray, float]:
+    "Minimise the ParFam loss (Eq. 5) by `n_starts` basin-hopping chains of `n_hops` hops (Metropolis `temperature`, uniform steps of half-width `stepsize`), each from a fresh N(0, I) start; returns the best (theta, loss). After `deadline` (perf_counter) no new hop or chain starts."
     if n_hops < 0 or n_starts < 1:
         raise ValueError(f"need n_hops >= 0 and n_starts >= 1, got {n_hops}, {n_starts}")
     rng = np.random.default_rng(rng)
@@ -220,7 +221,7 @@ def fit_family(pf: ParametricFamily, X, y, l1: float = 1e-3, n_hops: int = 0, n_
         if best is not None and late():
             break
         res = basinhopping(fun, rng.standard_normal(pf.n_params), niter=n_hops, seed=int(rng.integers(2**31)),
-                           callback=lambda *a: late(),
+                           T=temperature, stepsize=stepsize, callback=lambda *a: late(),
                            minimizer_kwargs={"method": "BFGS", "jac": True,
                                              "options": {"maxiter": maxiter_per_dim * X.shape[1]}})
         if best is None or res.fun < best[1]:
