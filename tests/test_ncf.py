@@ -97,6 +97,28 @@ def test_ensemble_member_equals_a_solo_run(lv_data, opts):
         assert torch.allclose(v[1:2], solo.state_dict()[k], atol=1e-5), k
 
 
+def test_members_with_their_own_data_equal_solo_runs_on_it(lv_data):
+    lv, tr, t = lv_data
+    other = generate(lv, "train", 2, seed=1).astype(np.float32)
+    torch.manual_seed(4)
+    m = NCF(2, 9, context_dim=3, width=8, pool=3, members=2, method="midpoint")
+    start = {k: v.detach().clone() for k, v in m.state_dict().items()}
+    g = torch.Generator().manual_seed(1)
+    drawn = [m.draw_pools(g) for _ in range(3)]
+    h = m.fit(np.stack([tr, other]), t, steps=3, seed=1)
+    for k, data in enumerate((tr, other)):  # member k trained alone on its own data, with the same pools
+        solo = NCF(2, 9, context_dim=3, width=8, pool=3, members=1, method="midpoint")
+        solo.load_state_dict({n: v[k:k + 1] for n, v in start.items()})
+        pools = iter(drawn)
+        solo.draw_pools = lambda generator, k=k: next(pools)[k:k + 1]
+        hs = solo.fit(data, t, steps=3, seed=1)
+        assert np.allclose(h[:, k], hs[:, 0], rtol=1e-5)
+        for n, v in m.state_dict().items():
+            assert torch.allclose(v[k:k + 1], solo.state_dict()[n], atol=1e-5), n
+    with pytest.raises(ValueError, match="member axis"):
+        m.fit(np.stack([tr, other, tr]), t, steps=1)
+
+
 def test_adapt_leaves_the_weights_alone_and_the_loss_reaches_the_pool(lv_data):
     lv, tr, t = lv_data
     torch.manual_seed(7)

@@ -301,7 +301,11 @@ class NCF(nn.Module):
         "float32 on the model's device."
         return torch.as_tensor(a, dtype=torch.float32, device=self.contexts.device)
 
-    def _check(self, data: torch.Tensor, t: torch.Tensor, n_envs: int | None = None):
+    def _check(self, data: torch.Tensor, t: torch.Tensor, n_envs: int | None = None, per_member: bool = False):
+        if per_member and data.ndim == 5:  # one data set per member
+            if data.shape[0] != self.members:
+                raise ValueError(f"data with a member axis must have {self.members} data sets, got {data.shape[0]}")
+            data = data[0]
         if data.ndim != 4 or data.shape[-1] != self.state_dim:
             raise ValueError(f"data must have shape (envs, trajectories, times, {self.state_dim}), got {tuple(data.shape)}")
         if data.shape[0] == 0 or data.shape[1] == 0:
@@ -337,16 +341,17 @@ class NCF(nn.Module):
                                          for _ in range(self.n_envs)]) for _ in range(self.members)]).to(dev)
 
     def loss(self, data: torch.Tensor, t: torch.Tensor, pools: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        "Sum over members of each member's loss, and each member's data term (members,)."
-        E, N, T, d = data.shape
+        "Sum over members of each member's loss, and each member's data term (members,). `data` (envs, trajectories, times, d) is shared by the members; (members, envs, ...) gives each member its own."
+        E, N, T, d = data.shape[-4:]
         M, P = self.members, pools.shape[2]
-        x0 = data[:, :, 0].view(1, E, 1, N, d).expand(M, E, P, N, d).reshape(M, -1, d)
+        data = data if data.ndim == 5 else data.unsqueeze(0).expand(M, E, N, T, d)
+        x0 = data[:, :, :, 0].unsqueeze(2).expand(M, E, P, N, d).reshape(M, -1, d)
         ctx = self.contexts
         xi_e = ctx.view(M, E, 1, 1, -1).expand(M, E, P, N, -1).reshape(M, E * P * N, -1)
         xi_j = torch.gather(ctx, 1, pools.reshape(M, E * P, 1).expand(M, E * P, ctx.shape[2]))
         xi_j = xi_j.view(M, E, P, 1, -1).expand(M, E, P, N, -1).reshape(M, E * P * N, -1)
         pred = self.integrate(x0, t, xi_e, xi_j, self.order).reshape(M, E, P, N, T, d)
-        data_term = ((pred - data.view(1, E, 1, N, T, d)) ** 2).mean(dim=(1, 2, 3, 4, 5))
+        data_term = ((pred - data.unsqueeze(2)) ** 2).mean(dim=(1, 2, 3, 4, 5))
         total = data_term.sum()
         if self.context_dim:
             total = total + self.ctx_reg * ctx.abs().mean(dim=(1, 2)).sum()
@@ -357,11 +362,12 @@ class NCF(nn.Module):
             inner: int = 10, prox: float = 100.0, joint: bool = False,
             cosine: bool = False, seed: int = 0) -> np.ndarray:
         """Train weights and contexts ('t1' alternating, 't2' proximal alternating); returns the data term per weight
-        step and member, shape (weight steps, members) (t2 spends half its steps on the contexts).
+        step and member, shape (weight steps, members) (t2 spends half its steps on the contexts). `data` is
+        (envs, trajectories, times, d), shared by the members, or (members, envs, ...), one data set per member.
         `joint` (t1 only): one loss evaluation per step updates weights and contexts together (half the cost).
         `cosine`: learning rates decay to zero along a cosine over the steps (the official code keeps them constant)."""
         data, t = self._tensor(data), self._tensor(t)
-        self._check(data, t, self.n_envs)
+        self._check(data, t, self.n_envs, per_member=True)
         if mode not in ("t1", "t2"):
             raise ValueError(f"mode must be 't1' or 't2', got {mode!r}")
         if steps < 1:
