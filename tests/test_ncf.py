@@ -163,6 +163,34 @@ def test_proximal_training_and_one_for_all(lv_data):
     assert ofa.adapt(tr[:1, :1], t, steps=2).shape == (1, 1, 0)
 
 
+def test_a_huge_proximal_weight_holds_the_weights_near_their_anchor(lv_data):
+    lv, tr, t = lv_data
+    def drift(prox):
+        torch.manual_seed(6)
+        m = NCF(2, 9, context_dim=3, width=8, method="midpoint")
+        start = [p.detach().clone() for p in m.field.parameters()]
+        m.fit(tr, t, steps=20, mode="t2", inner=10, prox=prox, lr=1e-2)  # one outer step: 10 weight steps
+        return max((p.detach() - q).abs().max().item() for p, q in zip(m.field.parameters(), start))
+    free, held = drift(0.0), drift(1e8)
+    # Adam moves each weight by about lr per step: ten free steps drift far, the proximal term pulls every step back
+    assert held < 0.3 * free, (held, free)
+
+
+def test_re_adapting_a_training_environment_recovers_its_in_domain_error(lv_data):
+    lv, tr, t = lv_data
+    torch.manual_seed(0)
+    m = NCF(2, 9, context_dim=3, width=8, pool=2, method="midpoint")
+    m.fit(tr[:, :1], t, steps=200, lr=2e-2, ctx_lr=5e-2, joint=True, cosine=True, seed=0)
+    test = torch.as_tensor(generate(lv, "train", 4, seed=50).astype(np.float32)[:1])  # environment 0, fresh states
+    err = lambda ctx: ((m.predict(test[:, :, 0], t, ctx) - test) ** 2).mean().item()
+    learned = err(m.contexts.detach()[:, :1])
+    start = err(m.adapt(tr[:1, :1], t, steps=0, seed=0))      # the adaptation's random start
+    adapted = err(m.adapt(tr[:1, :1], t, steps=200, lr=3e-2, seed=0))
+    # a context fitted afresh to environment 0's data does about as well as the one learned in training, and the
+    # random start it comes from does measurably worse (so the test would catch an adaptation that does nothing)
+    assert adapted < 1.25 * learned < 1.25 * start / 1.5, (adapted, learned, start)
+
+
 def test_generators_follow_the_recipes():
     lv = lotka_volterra_system()
     assert [(p["beta"], p["delta"]) for p in lv.train_envs][:3] == [(0.5, 0.5), (0.5, 0.75), (0.5, 1.0)]
