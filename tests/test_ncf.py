@@ -1,6 +1,6 @@
 """Tests of iclr25_repro.ncf: the self-modulated field (zero distance, exactness, Taylor mode against jvp, batched jvp
 against a loop), the integrator against torchdiffeq, the ensemble identity, the data generators, bad inputs,
-determinism, the claims' rules and a tiny run of the experiment."""
+determinism, the claims' rules, a tiny run of the experiment and the full preset's smoke run."""
 import math
 
 import numpy as np
@@ -10,7 +10,7 @@ from torch.func import jvp
 
 from iclr25_repro.ncf import experiment
 from iclr25_repro.ncf.model import (NCF, ContextField, csm_field, generate, glycolytic_system, lotka_volterra_system,
-                                    rk4)
+                                    rk4, selkov_system)
 
 
 @pytest.fixture(scope="module")
@@ -302,20 +302,132 @@ def test_a_user_supplied_field_trains(lv_data):
     assert m.candidates(tr[:1, :, 0], t, ctx).shape == (2, 1, tr.shape[0], 2, len(t), 2)
 
 
-def test_make_claims_rules_at_the_boundaries():
-    def results(ofa_id, ncf_id, ncf_ood, ctx_ood, r2, cov, rho):
-        out = []
-        for k in range(len(ncf_ood)):
-            out.append(dict(system="lv", model="one-for-all", id_mse=ofa_id, ood_mse=0.1))
-            out.append(dict(system="lv", model="context, no CSM", id_mse=ncf_id, ood_mse=ctx_ood[k],
-                            context_r2={"a": 0.9, "b": 0.9}, coverage=0.95, spread_error_spearman=0.0))
-            out.append(dict(system="lv", model="NCF-t1", id_mse=ncf_id, ood_mse=ncf_ood[k], context_r2={"a": r2, "b": 1.0},
-                            coverage=cov, spread_error_spearman=rho))
-        return out
-    v = lambda *a: [c["verdict"] for c in experiment.make_claims(results(*a), "lv")]
-    assert v(1.0, 0.1, [1, 1], [2, 2], 0.8, 0.9, 0.3) == ["reproduced"] * 4
-    assert v(0.5, 0.1, [1, 2.5], [2, 2], 0.5, 0.9, 0.0) == ["partial"] * 4
-    assert v(0.29, 0.1, [3, 3], [2, 2], 0.49, 0.5, 0.0) == ["not_reproduced"] * 4
+def _results(ofa_id, ncf_id, ncf_ood, ctx_ood, r2, ncf_width, ctx_width, ncf="NCF-joint", system="lotka-volterra"):
+    "Synthetic per-seed results: one row per (model, seed)."
+    out = []
+    for k in range(len(ncf_ood)):
+        common = dict(system=system, member=k, history=[1.0, 0.5])
+        out.append(dict(common, model="one-for-all", id_mse=ofa_id[k], ood_mse=0.1))
+        out.append(dict(common, model="context, no CSM", id_mse=ncf_id[k], ood_mse=ctx_ood[k], contexts=[[1.0]] * 9,
+                        context_r2={"a": 0.9, "b": 0.9}, coverage=0.95, width_at_90=ctx_width[k],
+                        spread_error_spearman=0.0))
+        out.append(dict(common, model=ncf, id_mse=ncf_id[k], ood_mse=ncf_ood[k], contexts=[[1.0]] * 9,
+                        context_r2={"a": r2[k], "b": 1.0}, coverage=0.5, width_at_90=ncf_width[k],
+                        spread_error_spearman=0.3))
+    return out
+
+
+def _verdicts(*a, **kw):
+    return {c["id"]: c["verdict"] for c in experiment.make_claims(_results(*a, **kw), ("lotka-volterra",),
+                                                                  {"lotka-volterra": 1e-7})}
+
+
+def test_make_claims_rules_decide_on_the_paired_intervals():
+    n = [0.01, 0.02, 0.04]
+    # clear wins on every rule: one-for-all 10x worse, NCF 2x better OOD and 2x sharper, R^2 high
+    v = _verdicts([0.1, 0.2, 0.4], n, [1, 2, 4], [2.1, 3.9, 8.2], [0.9, 0.92, 0.91], [1, 2, 4], [2, 4.1, 7.9])
+    assert [v[k] for k in ("C1-contexts", "C2-csm-ood", "C3-interpretable", "C4-uncertainty")] == ["reproduced"] * 4
+    assert {v[k] for k in ("K1-training", "K2-contexts", "K3-integrator")} == {"passed"}
+    # lower on average but inside the spread between seeds: partial, not reproduced
+    v = _verdicts([0.06, 0.04, 0.3], n, [0.5, 2, 4], [2, 1.5, 4.5], [0.9, 0.3, 0.95], [0.5, 2, 4], [2, 1.5, 4.5])
+    assert [v[k] for k in ("C1-contexts", "C2-csm-ood", "C3-interpretable", "C4-uncertainty")] == ["partial"] * 4
+    # no better: not reproduced
+    v = _verdicts([0.01, 0.02, 0.04], n, [2, 4, 8], [1, 2, 4], [0.2, 0.3, 0.4], [2, 4, 8], [1, 2, 4])
+    assert [v[k] for k in ("C1-contexts", "C2-csm-ood", "C3-interpretable", "C4-uncertainty")] == \
+        ["not_reproduced"] * 4
+
+
+def test_make_claims_uses_t1_where_it_ran_and_claims_c2_per_system():
+    rs = _results([0.1] * 3, [0.01] * 3, [1, 2, 4], [2, 4, 8], [0.9] * 3, [1] * 3, [2] * 3, ncf="NCF-t1") + \
+        _results([0.1] * 3, [0.01] * 3, [3, 2, 4], [2, 4, 8], [0.9] * 3, [1] * 3, [2] * 3, ncf="NCF-t1",
+                 system="selkov")
+    claims = experiment.make_claims(rs, ("lotka-volterra", "selkov"), {"lotka-volterra": 1e-7, "selkov": 1e-7})
+    ids = [c["id"] for c in claims]
+    assert "C2-csm-ood-selkov" in ids and all("NCF-t1" in c["metric"] for c in claims if c["id"].startswith("C"))
+
+
+def test_k3_fails_when_the_integrator_error_is_the_size_of_the_models_errors():
+    rs = _results([0.1] * 3, [0.01] * 3, [1] * 3, [2] * 3, [0.9] * 3, [1] * 3, [2] * 3)
+    k3 = lambda floor: next(c for c in experiment.make_claims(rs, ("lotka-volterra",), {"lotka-volterra": floor})
+                            if c["id"] == "K3-integrator")["verdict"]
+    assert k3(1e-5) == "passed" and k3(1e-3) == "failed"
+
+
+def test_calibrated_width_of_a_gaussian_band():
+    g = torch.Generator().manual_seed(0)
+    truth, mu = torch.randn(200_000, generator=g), torch.zeros(200_000)
+    assert experiment.calibrated_width(truth, mu, torch.ones(200_000)) == pytest.approx(1.645, abs=0.02)
+    # an informative spread (sd proportional to the actual error scale) gives a narrower band at equal coverage
+    scale = torch.rand(200_000, generator=g) * 2 + 0.1
+    informative = experiment.calibrated_width(truth * scale, mu, scale)
+    constant = experiment.calibrated_width(truth * scale, mu, torch.full_like(scale, scale.mean()))
+    assert informative < 0.9 * constant
+
+
+def test_true_field_floor_separates_rk4_from_the_midpoint_rule():
+    cfg = experiment.Config.preset("ci", members=1, n_test_traj=4)
+    data = experiment.member_data("lotka-volterra", cfg)
+    rk, mid = (experiment.true_field_mse(data, cfg, "lotka-volterra", m) for m in ("rk4", "midpoint"))
+    assert rk < 1e-6 < 1e-4 < mid
+
+
+def test_member_data_draws_each_seed_its_own_trajectories():
+    cfg = experiment.Config.preset("ci", n_test_traj=2)
+    d = experiment.member_data("lotka-volterra", cfg)
+    assert d["train"].shape == (3, 9, 4, 20, 2) and d["adapt"].shape == (3, 4, 1, 20, 2)
+    assert not np.allclose(d["train"][0], d["train"][1])
+    assert np.array_equal(d["train"][2], experiment.make_data("lotka-volterra", 4, 2, seed=2)["train"])
+
+
+def test_vectorised_generation_equals_one_solve_per_trajectory():
+    from scipy.integrate import solve_ivp
+    for sysm in (lotka_volterra_system(), selkov_system()):
+        data = generate(sysm, "adapt", 3, seed=5)
+        x0s = data[0, :, 0]
+        for e, p in enumerate(sysm.adapt_envs[:2]):
+            for j, x0 in enumerate(x0s):
+                sol = solve_ivp(sysm.rhs, (sysm.t[0], sysm.t[-1]), x0, t_eval=sysm.t, args=tuple(p.values()),
+                                rtol=1e-9, atol=1e-10)
+                assert np.abs(sol.y.T - data[e, j]).max() < 1e-6
+
+
+def test_selkov_follows_its_recipe():
+    sm = selkov_system()
+    assert len(sm.train_envs) == 21 and len(sm.adapt_envs) == 6 and len(sm.t) == 11 and sm.t[-1] == 40
+    assert sm.train_envs[0] == {"a": 0.1, "b": -1.0} and sm.train_envs[10]["b"] == pytest.approx(0.0)
+    d = generate(sm, "train", 2, seed=0)
+    assert d.shape == (21, 2, 11, 2) and np.isfinite(d).all()
+
+
+def test_adapt_and_predict_take_one_data_set_per_member(lv_data):
+    lv, tr, t = lv_data
+    other = generate(lv, "train", 2, seed=7).astype(np.float32)
+    torch.manual_seed(0)
+    pair = NCF(2, 9, context_dim=3, width=8, members=2, method="midpoint")
+    both = np.stack([tr[:2], other[:2]])
+    ctx = pair.adapt(both, t, steps=3, seed=1)
+    pred = pair.predict(both[:, :, :, 0], t, ctx)
+    for k, d in enumerate((tr[:2], other[:2])):
+        c = pair.adapt(d, t, steps=3, seed=1)
+        assert torch.allclose(c[k], ctx[k], atol=1e-6)
+        assert torch.allclose(pair.predict(d[:, :, 0], t, ctx)[k], pred[k], atol=1e-6)
+    cand = pair.candidates(both[:, :, :, 0], t, ctx)
+    assert torch.allclose(cand[1], pair.candidates(other[:2, :, 0], t, ctx)[1], atol=1e-6)
+
+
+def test_full_preset_plan_and_smoke(tmp_root):
+    from iclr25_repro.core import cli
+    full = experiment.Config.preset("full")
+    phases = experiment.plan(full)
+    assert len(phases) == len(experiment.jobs_for(full)) == 12
+    lv_t1 = next(p for p in phases if p["phase"] == "lotka-volterra, NCF-t1")
+    assert lv_t1["context_dim"] == 1024 and lv_t1["pool"] == 6 and lv_t1["loss_evaluations"] == 2 * full.steps
+    doc = cli.run_experiment("ncf", "full", "cpu", 0, smoke=True)
+    assert doc["scale"] == "full" and doc["config"]["smoke"] is True
+    ids = {c["id"] for c in doc["claims"]}
+    assert {"C2-csm-ood", "C2-csm-ood-glycolytic", "C2-csm-ood-selkov", "K3-integrator"} <= ids
+    assert all("NCF-t1" in c["metric"] for c in doc["claims"] if c["id"].startswith("C"))
+    assert not (tmp_root / "book" / "results").exists()
 
 
 @pytest.fixture(scope="module")
@@ -326,7 +438,7 @@ def tiny_run():
 
 def test_tiny_run(tiny_run):
     cfg, out = tiny_run
-    assert [c["id"].split("-")[0] for c in out["claims"]] == ["C1", "C2", "C3", "C4"]
+    assert [c["id"].split("-")[0] for c in out["claims"]] == ["C1", "C2", "C3", "C4", "K1", "K2", "K3"]
     assert len(out["rows"]) == len(cfg.models) * cfg.members
     for r in out["rows"]:
         assert math.isfinite(r["id_mse"]) and math.isfinite(r["ood_mse"])

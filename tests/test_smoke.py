@@ -15,7 +15,6 @@ from iclr25_repro.core import cli
 # ICLR25_SLOW=1 (the command `python -m iclr25_repro experiment <slug> --scale full --smoke` always works).
 LONG = {
     "longhorn": "the full preset's models at 128 wide evaluated at length 256 by the chunked scan on a CPU: about 25 s",
-    "ncf": "one RK4 training step of the full preset (context 256, pool 6) costs seconds on a CPU: about 25 s",
 }
 SLOW = {
     "guard": "the full preset's Part B enumerates all 8^6 sequences exactly through GPT-2 (about 230 s on 2 cores); "

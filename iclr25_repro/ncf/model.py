@@ -16,8 +16,8 @@ import torch.nn as nn
 from torch.func import functional_call, jvp, stack_module_state, vmap
 
 # %% auto #0
-__all__ = ['GO_IC_RANGE', 'MLP', 'ContextField', 'csm_field', 'StackedField', 'rk4', 'lotka_volterra', 'glycolytic', 'System',
-           'lotka_volterra_system', 'glycolytic_system', 'generate', 'NCF']
+__all__ = ['GO_IC_RANGE', 'SYSTEMS', 'MLP', 'ContextField', 'csm_field', 'StackedField', 'rk4', 'lotka_volterra', 'glycolytic',
+           'selkov', 'System', 'lotka_volterra_system', 'glycolytic_system', 'selkov_system', 'generate', 'NCF']
 
 # %% ../../nbs/ncf/02_implementation.ipynb #112ab44e
 def _uniform(shape, bound: float, generator=None) -> nn.Parameter:
@@ -206,6 +206,11 @@ def glycolytic(t, s, J0, k1, k2, k3, k4, k5, k6, K1, q, N, A, kappa, psi, k):
             -2 * v + 2 * k3 * s[2] * (A - s[5]) - k5 * s[5],
             psi * kappa * (s[3] - s[6]) - k * s[6]]
 
+def selkov(t, y, a, b):
+    "The Sel'kov model of glycolysis: dx/dt = -x + a y + x^2 y, dy/dt = b - a y - x^2 y."
+    x, z = y
+    return [-x + a * z + x * x * z, b - a * z - x * x * z]
+
 @dataclass
 class System:
     "A family of dynamical systems: right-hand side, environments' parameters, sampling and initial states."
@@ -232,8 +237,17 @@ def glycolytic_system() -> System:
     return System("glycolytic oscillator", glycolytic, envs((100.0, 90.0, 80.0), (1.0, 0.75, 0.5)),
                   envs((85.0, 95.0), (0.625, 0.875)), np.arange(20) * 0.05, lo, hi, ("k1", "K1"))
 
+def selkov_system() -> System:
+    envs = lambda bs: [dict(a=0.1, b=float(b)) for b in bs]
+    train_b = np.concatenate([np.linspace(-1, -0.25, 7), np.linspace(-0.1, 0.1, 7), np.linspace(0.25, 1, 7)])
+    return System("Sel'kov model", selkov, envs(train_b), envs((-1.25, -0.65, -0.05, 0.02, 0.6, 1.2)),
+                  np.linspace(0, 40, 11), np.array([0.0, 0.0]), np.array([3.0, 3.0]), ("b",))
+
+SYSTEMS = {"lotka-volterra": lotka_volterra_system, "glycolytic": glycolytic_system, "selkov": selkov_system}
+
 def generate(system: System, split: str, n_traj: int, seed: int = 0, rtol: float = 1e-9) -> np.ndarray:
-    "Trajectories of shape (n_envs, n_traj, len(t), d): split 'train' or 'adapt' environments; seed picks the ICs."
+    """Trajectories of shape (n_envs, n_traj, len(t), d): split 'train' or 'adapt' environments; seed picks the ICs.
+    All trajectories of an environment are integrated together, as one system of n_traj * d equations."""
     from scipy.integrate import solve_ivp
     if split not in ("train", "adapt"):
         raise ValueError(f"split must be 'train' or 'adapt', got {split!r}")
@@ -243,13 +257,14 @@ def generate(system: System, split: str, n_traj: int, seed: int = 0, rtol: float
     x0s = system.ic_low + (system.ic_high - system.ic_low) * rng.uniform(size=(n_traj, len(system.ic_low)))
     envs = system.params(split)
     out = np.zeros((len(envs), n_traj, len(system.t), len(system.ic_low)))
+    d = x0s.shape[1]
     for i, p in enumerate(envs):
-        for j, x0 in enumerate(x0s):
-            sol = solve_ivp(system.rhs, (system.t[0], system.t[-1]), x0, t_eval=system.t, args=tuple(p.values()),
-                            rtol=rtol, atol=1e-10)
-            if not sol.success:
-                raise RuntimeError(f"{system.name}: solve_ivp failed in environment {i}: {sol.message}")
-            out[i, j] = sol.y.T
+        rhs = lambda t, y, p=p: np.asarray(system.rhs(t, y.reshape(d, n_traj), *p.values())).reshape(-1)
+        sol = solve_ivp(rhs, (system.t[0], system.t[-1]), x0s.T.reshape(-1), t_eval=system.t, rtol=rtol, atol=1e-10,
+                        method="DOP853")
+        if not sol.success:
+            raise RuntimeError(f"{system.name}: solve_ivp failed in environment {i}: {sol.message}")
+        out[i] = sol.y.reshape(d, n_traj, -1).transpose(1, 2, 0)
     return out
 
 # %% ../../nbs/ncf/02_implementation.ipynb #32d418f8
@@ -414,12 +429,21 @@ class NCF(nn.Module):
                     tick()
         return np.array(history)
 
+    def _members_first(self, a: torch.Tensor, ndim: int) -> torch.Tensor:
+        "Inputs shared by the members (`ndim` axes) or one per member (a leading member axis) -> with the member axis."
+        if a.ndim == ndim + 1:
+            if a.shape[0] != self.members:
+                raise ValueError(f"inputs with a member axis must have {self.members} of them, got {a.shape[0]}")
+            return a
+        return a.unsqueeze(0).expand(self.members, *a.shape)
+
     def adapt(self, data, t, steps: int = 300, lr: float = 1e-2, seed: int = 0) -> torch.Tensor:
-        "New contexts (members, new envs, context_dim) fitted to data (new envs, trajectories, times, d); weights frozen."
+        """New contexts (members, new envs, context_dim) fitted to data (new envs, trajectories, times, d), shared by
+        the members, or (members, new envs, ...), one data set per member; weights frozen."""
         data, t = self._tensor(data), self._tensor(t)
-        self._check(data, t)
-        E, N, T, d = data.shape
-        M = self.members
+        self._check(data, t, per_member=True)
+        data = self._members_first(data, 4)
+        M, E, N, T, d = data.shape
         g = torch.Generator().manual_seed(seed)
         ctx = torch.randn(M, E, self.context_dim, generator=g).to(data.device).requires_grad_(True)  # N(0, 1), as the official code
         if self.context_dim == 0:
@@ -428,7 +452,7 @@ class NCF(nn.Module):
         frozen = [p.requires_grad for p in self.field.parameters()]
         for p in self.field.parameters():
             p.requires_grad_(False)
-        x0 = data[:, :, 0].reshape(1, E * N, d).expand(M, -1, -1)
+        x0 = data[:, :, :, 0].reshape(M, E * N, d)
         try:
             for _ in range(steps):
                 xi = ctx.unsqueeze(2).expand(M, E, N, -1).reshape(M, E * N, -1)
@@ -444,27 +468,27 @@ class NCF(nn.Module):
 
     @torch.no_grad()
     def predict(self, x0, t, contexts: torch.Tensor | None = None) -> torch.Tensor:
-        "Trajectories (members, envs, trajectories, times, d) from x0 (envs, trajectories, d) and contexts."
+        "Trajectories (members, envs, trajectories, times, d) from x0 (envs, trajectories, d) or (members, envs, ...)."
         x0, t = self._tensor(x0), self._tensor(t)
-        if x0.ndim != 3 or x0.shape[-1] != self.state_dim:
-            raise ValueError(f"x0 must have shape (envs, trajectories, {self.state_dim}), got {tuple(x0.shape)}")
+        if x0.ndim not in (3, 4) or x0.shape[-1] != self.state_dim:
+            raise ValueError(f"x0 must have shape ([members,] envs, trajectories, {self.state_dim}), got {tuple(x0.shape)}")
+        x0 = self._members_first(x0, 3)
         contexts = self.contexts if contexts is None else self._tensor(contexts)
-        E, N, d = x0.shape
-        M = self.members
+        M, E, N, d = x0.shape
         if contexts.shape[:2] != (M, E):
             raise ValueError(f"contexts must have shape ({M}, {E}, context_dim), got {tuple(contexts.shape)}")
         xi = contexts.unsqueeze(2).expand(M, E, N, -1).reshape(M, E * N, -1)
-        x = x0.reshape(1, E * N, d).expand(M, -1, -1)
-        return self.integrate(x, t, xi, xi, 0).reshape(M, E, N, len(t), d)
+        return self.integrate(x0.reshape(M, E * N, d), t, xi, xi, 0).reshape(M, E, N, len(t), d)
 
     @torch.no_grad()
     def candidates(self, x0, t, contexts: torch.Tensor, order: int | None = None) -> torch.Tensor:
         "Candidate trajectories (members, envs, n_envs, trajectories, times, d): expansions about every training context."
         x0, t, contexts = self._tensor(x0), self._tensor(t), self._tensor(contexts)
-        if x0.ndim != 3 or x0.shape[-1] != self.state_dim:
-            raise ValueError(f"x0 must have shape (envs, trajectories, {self.state_dim}), got {tuple(x0.shape)}")
-        E, N, d = x0.shape
-        M, J = self.members, self.n_envs
+        if x0.ndim not in (3, 4) or x0.shape[-1] != self.state_dim:
+            raise ValueError(f"x0 must have shape ([members,] envs, trajectories, {self.state_dim}), got {tuple(x0.shape)}")
+        x0 = self._members_first(x0, 3)
+        M, E, N, d = x0.shape
+        J = self.n_envs
         if contexts.shape != (M, E, self.context_dim):
             raise ValueError(f"contexts must have shape ({M}, {E}, {self.context_dim}), got {tuple(contexts.shape)}")
         order = self.order if order is None else order
@@ -472,5 +496,5 @@ class NCF(nn.Module):
             raise ValueError("candidates need order 1 or 2 (order 0 would give the other environments' fields)")
         xi_e = contexts.view(M, E, 1, 1, -1).expand(M, E, J, N, -1).reshape(M, E * J * N, -1)
         xi_j = self.contexts.view(M, 1, J, 1, -1).expand(M, E, J, N, -1).reshape(M, E * J * N, -1)
-        x = x0.view(1, E, 1, N, d).expand(M, E, J, N, d).reshape(M, -1, d)
+        x = x0.view(M, E, 1, N, d).expand(M, E, J, N, d).reshape(M, -1, d)
         return self.integrate(x, t, xi_e, xi_j, order).reshape(M, E, J, N, len(t), d)
