@@ -125,6 +125,7 @@ def csm_field(field: nn.Module, x: torch.Tensor, xi_e: torch.Tensor, xi_j: torch
         raise ValueError(f"order must be 0, 1 or 2, got {order}")
     if order == 0:
         return field(x, xi_j)
+    xi_e, xi_j = xi_e.contiguous(), xi_j.contiguous()  # jvp writes its tangents in place: no expanded (stride-0) views
     delta = xi_e - xi_j
     f_of = lambda xi: field(x, xi)
     value, jd = jvp(f_of, (xi_j,), (delta,))
