@@ -196,3 +196,58 @@ def test_more_bad_inputs():
         freeinit_mix(torch.zeros(2, 4, 8, 8), torch.zeros(3, 4, 8, 8), L)
     with pytest.raises(ValueError, match="order n"):
         butterworth_filter((4, 8, 8), n=0)
+
+
+@pytest.mark.parametrize("shape", [(4, 8, 8), (3, 5, 7), (5, 6, 9)])
+@pytest.mark.parametrize("kind", ["butterworth", "gaussian"])
+def test_filters_equal_diffusers_free_init_filters_for_even_and_odd_shapes(shape, kind):
+    from diffusers.pipelines.free_init_utils import FreeInitMixin
+    ref = FreeInitMixin()._get_free_init_freq_filter(shape, "cpu", kind, 4, 0.25, 0.25)  # centred (fftshift) order
+    ours = make_filter(kind, shape)
+    assert torch.allclose(ours.float(), torch.fft.ifftshift(ref, dim=(-3, -2, -1)), atol=1e-6)
+
+
+@pytest.mark.parametrize("shape", [(3, 5, 5), (2, 3, 4)])
+@pytest.mark.parametrize("r", [0.5, 0.8])
+def test_odd_size_covariance_equals_eq_3(shape, r):
+    "Cov(n) = I + 2 rho / (1 + rho) R^2, with R the imaginary part of the filter's operator F^-1 diag(L) F."
+    L = butterworth_filter(shape)
+    N = L.numel()
+    basis = torch.eye(N, dtype=torch.float64).reshape(N, *shape)
+    R = torch.fft.ifftn(L * torch.fft.fftn(basis, dim=(-3, -2, -1)), dim=(-3, -2, -1)).imag.reshape(N, N).T
+    zero = torch.zeros_like(basis)
+    cov = torch.zeros(N, N, dtype=torch.float64)
+    for k in range(5):
+        inputs = [zero] * 5
+        inputs[k] = basis
+        C = freqprior_refine(inputs[0], L, r, fresh=tuple(inputs[1:])).reshape(N, N).T
+        cov += C @ C.T
+    rho = r * r
+    predicted = torch.eye(N, dtype=torch.float64) + 2 * rho / (1 + rho) * R @ R
+    eye = torch.eye(N, dtype=torch.float64)
+    assert float((predicted - eye).abs().max()) > 1e-8     # odd sizes: the operator is not real, Cov differs from I
+    assert float((cov - predicted).abs().max()) < 1e-12
+
+
+def test_pyoco_progressive_correlation_decays_geometrically():
+    g = torch.Generator().manual_seed(5)
+    a = 1.5
+    p = pyoco_progressive((5, 4, 4), a, (40000,), g)
+    c = a / math.sqrt(1 + a * a)
+    for lag in (1, 2, 4):
+        corr = float((p[:, 0] * p[:, lag]).mean())
+        assert abs(corr - c ** lag) < 0.02, (lag, corr, c ** lag)
+
+
+def test_fresh_noise_and_filter_values_are_validated():
+    L = butterworth_filter((4, 8, 8))
+    z = torch.zeros(3, 4, 8, 8)
+    one = torch.zeros(4, 8, 8)                             # one draw that would broadcast over the batch
+    with pytest.raises(ValueError, match="fresh must be four tensors"):
+        freqprior_refine(z, L, fresh=(one, one, one, one))
+    with pytest.raises(ValueError, match="fresh must be four tensors"):
+        freqprior_refine(z, L, fresh=(z, z, z))
+    with pytest.raises(ValueError, match=r"\[0, 1\]"):
+        freqprior_refine(z, 1.5 * L)
+    with pytest.raises(ValueError, match=r"\[0, 1\]"):
+        freeinit_mix(z, z, L - 0.5)

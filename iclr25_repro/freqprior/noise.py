@@ -67,6 +67,9 @@ def _ifft(X):
 def _check_noise(z: torch.Tensor, L: torch.Tensor, name: str = "z"):
     if z.ndim < 3 or z.shape[-3:] != L.shape:
         raise ValueError(f"{name} must have shape (..., {', '.join(map(str, L.shape))}) to match the filter, got {tuple(z.shape)}")
+    if not bool(((L >= 0) & (L <= 1)).all()):
+        raise ValueError(f"the filter's values must lie in [0, 1] (a gain per frequency), got [{float(L.min()):.3g}, "
+                         f"{float(L.max()):.3g}]")
 
 def _randn_like(z: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
     "Standard normal noise shaped like z, drawn on the generator's device and moved to z's (so CPU generators work on CUDA)."
@@ -90,6 +93,10 @@ def freqprior_refine(z: torch.Tensor, L: torch.Tensor, r: float = 0.8, generator
     L = L.to(z.device)
     if fresh is None:
         fresh = tuple(_randn_like(z, generator) for _ in range(4))
+    if len(fresh) != 4 or any(tuple(f.shape) != tuple(z.shape) for f in fresh):
+        # a (T, H, W) draw would broadcast against a batched z and give every item the same noise
+        raise ValueError(f"fresh must be four tensors shaped like z {tuple(z.shape)}, got "
+                         f"{[tuple(f.shape) for f in fresh]}")
     eta1, eta2, y1, y2 = fresh
     keep = torch.sqrt((1 - L**2).clamp_min(0))
     parts = []
