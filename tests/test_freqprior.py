@@ -215,13 +215,7 @@ def test_odd_size_covariance_equals_eq_3(shape, r):
     N = L.numel()
     basis = torch.eye(N, dtype=torch.float64).reshape(N, *shape)
     R = torch.fft.ifftn(L * torch.fft.fftn(basis, dim=(-3, -2, -1)), dim=(-3, -2, -1)).imag.reshape(N, N).T
-    zero = torch.zeros_like(basis)
-    cov = torch.zeros(N, N, dtype=torch.float64)
-    for k in range(5):
-        inputs = [zero] * 5
-        inputs[k] = basis
-        C = freqprior_refine(inputs[0], L, r, fresh=tuple(inputs[1:])).reshape(N, N).T
-        cov += C @ C.T
+    cov = experiment.explicit_cov(shape, "butterworth", r, L)
     rho = r * r
     predicted = torch.eye(N, dtype=torch.float64) + 2 * rho / (1 + rho) * R @ R
     eye = torch.eye(N, dtype=torch.float64)

@@ -20,7 +20,8 @@ from .noise import (VideoDiffusionSampler, butterworth_filter, freeinit_mix, fre
 
 # %% auto #0
 __all__ = ['PAPER', 'Config', 'bands', 'spectrum', 'noise_statistics', 'radial_profile', 'GaussianVideoPrior', 'exact_toy',
-           'sprite_videos', 'TinyVideoEps', 'video_metrics', 'learned_toy', 'make_claims', 'explicit_cov_error', 'run']
+           'sprite_videos', 'TinyVideoEps', 'video_metrics', 'learned_toy', 'make_claims', 'explicit_cov',
+           'explicit_cov_error', 'run']
 
 # %% ../../nbs/freqprior/03_evaluation.ipynb #82c4a50a
 @dataclass
@@ -302,9 +303,9 @@ def make_claims(a_rows: list[dict], cov_err_even: float, b_rows: list[dict], c_r
                                  + "; a network trained for seconds on toy videos, not a video generator"))
     return claims
 
-def explicit_cov_error(shape, kind: str, r: float) -> float:
-    "||Cov - I||_F of FreqPrior's refined noise from explicit matrices (five independent standard normal inputs)."
-    L = make_filter(kind, shape)
+def explicit_cov(shape, kind: str, r: float, L: torch.Tensor | None = None) -> torch.Tensor:
+    "The exact covariance of FreqPrior's refined noise from explicit matrices (five independent standard normal inputs)."
+    L = make_filter(kind, shape) if L is None else L
     N = L.numel()
     basis = torch.eye(N, dtype=torch.float64).reshape(N, *shape)
     zero = torch.zeros_like(basis)
@@ -314,7 +315,12 @@ def explicit_cov_error(shape, kind: str, r: float) -> float:
         inputs[k] = basis
         C = freqprior_refine(inputs[0], L, r, fresh=tuple(inputs[1:])).reshape(N, N).T
         cov += C @ C.T
-    return float(torch.linalg.matrix_norm(cov - torch.eye(N, dtype=torch.float64)))
+    return cov
+
+def explicit_cov_error(shape, kind: str, r: float) -> float:
+    "||Cov - I||_F of FreqPrior's refined noise, from `explicit_cov`."
+    cov = explicit_cov(shape, kind, r)
+    return float(torch.linalg.matrix_norm(cov - torch.eye(len(cov), dtype=torch.float64)))
 
 def _part_ab(cfg_dict: dict) -> dict:
     return _run_ab(Config(**cfg_dict))
