@@ -245,3 +245,89 @@ def test_fresh_noise_and_filter_values_are_validated():
         freqprior_refine(z, 1.5 * L)
     with pytest.raises(ValueError, match=r"\[0, 1\]"):
         freeinit_mix(z, z, L - 0.5)
+
+
+class _ConstEps(torch.nn.Module):
+    "eps = c everywhere, c a keyword argument (a stand-in for a conditional model); records the inputs it saw."
+    def __init__(self):
+        super().__init__()
+        self.seen = []
+
+    def forward(self, x, t, c=0.0):
+        self.seen.append(x.clone())
+        return torch.full_like(x, c)
+
+
+def test_sampler_guidance_combines_conditional_and_unconditional_predictions():
+    z = torch.randn(2, 4, 8, 8, generator=torch.Generator().manual_seed(6), dtype=torch.float64)
+    guided = VideoDiffusionSampler(_ConstEps(), num_steps=5, guidance_scale=3.0)
+    out = guided.sample(z, "gaussian", cond={"c": 0.2}, uncond={"c": 0.1})
+    plain = VideoDiffusionSampler(_ConstEps(), num_steps=5).sample(z, "gaussian", cond={"c": 0.1 + 3.0 * 0.1})
+    assert torch.allclose(out.x0, plain.x0, atol=1e-12) and out.calls == plain.calls == 5
+    assert len(guided.model.seen) == 10                     # two model evaluations per step
+    with pytest.raises(ValueError, match="uncond"):
+        guided.sample(z, "gaussian", cond={"c": 0.2})
+
+
+def test_sampler_scales_the_model_input_and_steps_with_eta():
+    from diffusers import DDIMScheduler
+
+    class Halving(DDIMScheduler):
+        def scale_model_input(self, sample, timestep=None):
+            return 0.5 * sample
+
+    base = dict(beta_start=0.00085, beta_end=0.012, beta_schedule="linear", clip_sample=False)
+    model = _ConstEps()
+    z = torch.randn(1, 4, 8, 8, generator=torch.Generator().manual_seed(7), dtype=torch.float64)
+    VideoDiffusionSampler(model, Halving(**base), num_steps=3).sample(z, "gaussian")
+    assert torch.allclose(model.seen[0], 0.5 * z)
+    s = VideoDiffusionSampler(_ConstEps(), DDIMScheduler(**base), num_steps=3, eta=1.0)
+    a = s.sample(z, "gaussian", generator=torch.Generator().manual_seed(1)).x0
+    b = s.sample(z, "gaussian", generator=torch.Generator().manual_seed(1)).x0
+    d = VideoDiffusionSampler(_ConstEps(), DDIMScheduler(**base), num_steps=3).sample(z, "gaussian").x0
+    assert torch.equal(a, b) and not torch.allclose(a, d)
+    with pytest.raises(ValueError, match="eta"):
+        VideoDiffusionSampler(model, eta=-1.0)
+
+
+def test_freqprior_mixin_in_an_animatediff_style_loop_reproduces_the_sampler():
+    from diffusers.pipelines.free_init_utils import FreeInitMixin
+
+    from iclr25_repro.freqprior.noise import FreqPriorMixin, animatediff_ddim_scheduler
+
+    class LoopPipe(FreqPriorMixin, FreeInitMixin):
+        "The rounds and denoising loop of diffusers' AnimateDiffPipeline.__call__, without the networks around them."
+        def __init__(self, model):
+            self.model, self.scheduler = model, animatediff_ddim_scheduler()
+
+        def __call__(self, latents, num_inference_steps, generator):
+            rounds = self._free_init_num_iters if self.free_init_enabled else 1
+            for k in range(rounds):
+                if self.free_init_enabled:
+                    latents, timesteps = self._apply_free_init(latents, k, num_inference_steps, latents.device,
+                                                               latents.dtype, generator)
+                else:
+                    self.scheduler.set_timesteps(num_inference_steps)
+                    timesteps = self.scheduler.timesteps
+                for t in timesteps:
+                    eps = self.model(self.scheduler.scale_model_input(latents, t), t)
+                    latents = self.scheduler.step(eps, t, latents).prev_sample
+            return latents
+
+    model = lambda x, t: 0.3 * x + 0.1 * torch.roll(x, 1, dims=-1)  # a fixed linear eps-model
+    z = torch.randn(2, 1, 8, 16, 16, generator=torch.Generator().manual_seed(8), dtype=torch.float64)
+    pipe = LoopPipe(model)
+    pipe.enable_freqprior(num_iters=3, mid_step=321, r=0.8)
+    ours = pipe(z.clone(), 25, torch.Generator().manual_seed(9))
+    ref = VideoDiffusionSampler(model, num_steps=25).sample(z.clone(), "freqprior", iters=3, mid_step=321, r=0.8,
+                                                              generator=torch.Generator().manual_seed(9))
+    assert torch.allclose(ours, ref.x0, atol=1e-10)
+    pipe.disable_freqprior()
+    assert not pipe.free_init_enabled
+    plain = pipe(z.clone(), 25, None)
+    assert torch.allclose(plain, VideoDiffusionSampler(model, num_steps=25).sample(z.clone()).x0, atol=1e-10)
+    with pytest.raises(ValueError, match="mid_step"):
+        pipe.enable_freqprior(mid_step=300)
+        pipe(z.clone(), 25, None)
+    with pytest.raises(TypeError, match="FreeInitMixin"):
+        type("NoFreeInit", (FreqPriorMixin,), {})().enable_freqprior()

@@ -13,7 +13,7 @@ import torch
 # %% auto #0
 __all__ = ['check_shape', 'butterworth_filter', 'gaussian_filter', 'make_filter', 'is_symmetric', 'freeinit_mix',
            'freqprior_refine', 'pyoco_mixed', 'pyoco_progressive', 'animatediff_ddim_scheduler', 'SampleResult',
-           'VideoDiffusionSampler']
+           'VideoDiffusionSampler', 'FreqPriorMixin']
 
 # %% ../../nbs/freqprior/02_implementation.ipynb #5081c9c4
 def check_shape(shape) -> tuple[int, int, int]:
@@ -140,19 +140,31 @@ class SampleResult:
     rounds: int
 
 class VideoDiffusionSampler:
-    "DDIM sampling of an epsilon-prediction model with Gaussian, FreeInit or FreqPrior initial noise."
+    """DDIM sampling of an epsilon-prediction model with Gaussian, FreeInit or FreqPrior initial noise. `model(x, t,
+    **cond)`; with `guidance_scale` != 1, classifier-free guidance between `cond` and `uncond`; the scheduler scales
+    the model input (`scale_model_input`) and steps with `eta` (DDIM's stochasticity; 0 is deterministic)."""
     def __init__(self, model, scheduler=None, num_steps: int = 25, filter: str = "butterworth", d_s: float = 0.25,
-                 d_t: float = 0.25, n: int = 4):
+                 d_t: float = 0.25, n: int = 4, eta: float = 0.0, guidance_scale: float = 1.0):
+        if eta < 0:
+            raise ValueError(f"eta must be >= 0, got {eta}")
         self.model, self.scheduler = model, scheduler or animatediff_ddim_scheduler()
         self.num_steps, self.filter_kwargs = num_steps, dict(kind=filter, d_s=d_s, d_t=d_t, n=n)
+        self.eta, self.guidance_scale = eta, guidance_scale
+        self.cond, self.uncond, self.step_generator = {}, None, None
         self.scheduler.set_timesteps(num_steps)
         self.timesteps = [int(t) for t in self.scheduler.timesteps]
         self.acp = self.scheduler.alphas_cumprod.double()
         self.calls = 0
 
     def _eps(self, x, t):
+        "One denoising step's noise prediction (two model evaluations under guidance); counted in `calls`."
         self.calls += 1
-        return self.model(x, t)
+        x_in = self.scheduler.scale_model_input(x, t)
+        eps = self.model(x_in, t, **self.cond)
+        if self.guidance_scale != 1.0:
+            eps_u = self.model(x_in, t, **(self.uncond or {}))
+            eps = eps_u + self.guidance_scale * (eps - eps_u)
+        return eps
 
     def denoise(self, x: torch.Tensor, stop_at: int | None = None) -> torch.Tensor:
         "DDIM from the first timestep; returns x0, or the latent at timestep `stop_at` (before the model sees it)."
@@ -160,7 +172,8 @@ class VideoDiffusionSampler:
             if stop_at is not None and t == stop_at:
                 return x
             eps = self._eps(x, t)
-            x = self.scheduler.step(eps, t, x, eta=0.0).prev_sample
+            kw = dict(eta=self.eta, generator=self.step_generator) if self.eta else dict(eta=0.0)
+            x = self.scheduler.step(eps, t, x, **kw).prev_sample
         return x
 
     def rediffuse(self, x: torch.Tensor, eps0: torch.Tensor, from_step: int | None) -> torch.Tensor:
@@ -170,8 +183,13 @@ class VideoDiffusionSampler:
         return (torch.sqrt(s) * x + torch.sqrt(1 - s) * eps0).to(x.dtype)
 
     def sample(self, noise: torch.Tensor, method: str = "gaussian", iters: int = 3, mid_step: int = 321, r: float = 0.8,
-               generator: torch.Generator | None = None) -> SampleResult:
-        "Generate from the initial noise (..., T, H, W) with 'gaussian', 'freeinit' or 'freqprior'."
+               generator: torch.Generator | None = None, cond: dict | None = None,
+               uncond: dict | None = None) -> SampleResult:
+        """Generate from the initial noise (..., T, H, W) with 'gaussian', 'freeinit' or 'freqprior'; `cond` and
+        `uncond`: keyword arguments of the model (a text embedding, a class label) with and without the condition."""
+        if self.guidance_scale != 1.0 and uncond is None:
+            raise ValueError("guidance_scale != 1 needs `uncond`, the model's keyword arguments without the condition")
+        self.cond, self.uncond, self.step_generator = dict(cond or {}), uncond, generator
         if method not in ("gaussian", "freeinit", "freqprior"):
             raise ValueError(f"method must be 'gaussian', 'freeinit' or 'freqprior', got {method!r}")
         if iters < 1:
@@ -204,3 +222,45 @@ class VideoDiffusionSampler:
         if method == "freeinit":
             return full * iters
         return self.timesteps.index(mid_step) * (iters - 1) + full
+
+# %% ../../nbs/freqprior/02_implementation.ipynb #aef31e5e
+class FreqPriorMixin:
+    """FreqPrior for diffusers video pipelines built on `FreeInitMixin` (AnimateDiff): mix it in first,
+    `class Pipe(FreqPriorMixin, AnimateDiffPipeline)`, then call `enable_freqprior()` on the pipeline."""
+    def enable_freqprior(self, num_iters: int = 3, mid_step: int = 321, r: float = 0.8, method: str = "butterworth",
+                         order: int = 4, spatial_stop_frequency: float = 0.25, temporal_stop_frequency: float = 0.25):
+        "FreqPrior rounds in the pipeline's FreeInit loop: partial sampling to `mid_step`, then `freqprior_refine`."
+        if not hasattr(self, "enable_free_init"):
+            raise TypeError("FreqPriorMixin goes before a pipeline that has diffusers' FreeInitMixin")
+        if num_iters < 1 or not 0 <= r <= 1:
+            raise ValueError(f"need num_iters >= 1 and 0 <= r <= 1, got {num_iters}, {r}")
+        self.enable_free_init(num_iters, False, method, order, spatial_stop_frequency, temporal_stop_frequency)
+        self._freqprior = dict(mid_step=int(mid_step), r=float(r))
+
+    def disable_freqprior(self):
+        self.disable_free_init()
+        self._freqprior = None
+
+    def _apply_free_init(self, latents, free_init_iteration: int, num_inference_steps: int, device, dtype, generator):
+        fp = getattr(self, "_freqprior", None)
+        if fp is None:  # plain FreeInit
+            return super()._apply_free_init(latents, free_init_iteration, num_inference_steps, device, dtype, generator)
+        self.scheduler.set_timesteps(num_inference_steps, device=device)
+        steps = [int(t) for t in self.scheduler.timesteps]
+        if fp["mid_step"] not in steps:
+            raise ValueError(f"mid_step must be one of the scheduler's timesteps {steps}, got {fp['mid_step']}")
+        if free_init_iteration == 0:
+            self._free_init_initial_noise = latents.detach().clone()
+        else:  # latents: the previous round's intermediate latent at mid_step
+            acp = self.scheduler.alphas_cumprod.double()
+            s = float(acp[-1] / acp[fp["mid_step"]])
+            noise = self._free_init_initial_noise
+            work = torch.float64 if latents.dtype == torch.float64 else torch.float32
+            z = (math.sqrt(s) * latents.double() + math.sqrt(1 - s) * noise.double()).to(work)
+            L = make_filter(self._free_init_method, z.shape[-3:], self._free_init_spatial_stop_frequency,
+                            self._free_init_temporal_stop_frequency, self._free_init_order, device=z.device)
+            latents = freqprior_refine(z, L.to(z.dtype), fp["r"], generator).to(dtype)
+        timesteps = self.scheduler.timesteps
+        if free_init_iteration < self._free_init_num_iters - 1:
+            timesteps = timesteps[:steps.index(fp["mid_step"])]  # the loop stops where partial sampling does
+        return latents, timesteps
