@@ -1,5 +1,6 @@
 """Tests of iclr25_repro.freqprior: filters, FreeInit's covariance, FreqPrior's exact N(0, I), odd sizes, special
-cases, the sampler's call counts, batch and device independence, bad inputs, and a tiny experiment run."""
+cases, the sampler's call counts, batch and device independence, bad inputs, the claims' rules on made-up
+measurements, the video models and metrics, a tiny experiment run and the full preset's smoke run."""
 import math
 
 import pytest
@@ -120,8 +121,10 @@ def test_tiny_experiment_run_and_determinism():
     assert a["claims"] == b["claims"]
     kinds = {c["id"]: c["kind"] for c in a["claims"]}
     assert kinds == {"C1-variance": "check", "C2-spectrum": "claim", "C3-cost": "check", "C4-learned": "claim"}
-    assert all(c["verdict"] in (("passed", "failed") if c["kind"] == "check" else ("reproduced", "partial", "not_reproduced"))
-               for c in a["claims"])
+    assert all(c["verdict"] in (("passed", "failed") if c["kind"] == "check" else
+                                ("reproduced", "partial", "not_reproduced", "not_run")) for c in a["claims"])
+    assert len(a["c"]) == cfg.c_seeds and len({x["seed"] for x in a["c"]}) == cfg.c_seeds   # distinct replicates
+    assert len(a["b"]["replicates"]) == cfg.b_reps
 
 
 def test_sprite_videos_and_tiny_model():
@@ -331,3 +334,78 @@ def test_freqprior_mixin_in_an_animatediff_style_loop_reproduces_the_sampler():
         pipe(z.clone(), 25, None)
     with pytest.raises(TypeError, match="FreeInitMixin"):
         type("NoFreeInit", (FreqPriorMixin,), {})().enable_freqprior()
+
+
+def _c_results(flicker: dict, hf: dict, seeds: int = 3) -> list[dict]:
+    "Made-up Part C results: per method, one flicker and HF ratio per seed (lists)."
+    return [dict(seed=k, rows=[dict(method="data", flicker=0.03, hf_ratio=1.0)] + [
+        dict(method=m, flicker=flicker[m][k], hf_ratio=hf[m][k]) for m in ("gaussian", "freeinit", "freqprior")])
+        for k in range(seeds)]
+
+
+def test_c4_rule_can_reproduce_fail_or_refuse():
+    good_hf = {"gaussian": [1.2, 1.3, 1.1], "freeinit": [0.6, 0.55, 0.62], "freqprior": [1.05, 0.97, 1.1]}
+    less = {"gaussian": [0.10, 0.12, 0.11], "freeinit": [0.05, 0.06, 0.05], "freqprior": [0.07, 0.08, 0.075]}
+    more = {"gaussian": [0.07, 0.08, 0.075], "freeinit": [0.05, 0.06, 0.05], "freqprior": [0.10, 0.12, 0.11]}
+    c = experiment._c4_claim(_c_results(less, good_hf))
+    assert c["verdict"] == "reproduced" and c["interval"]["hi"] < 0 and c["replicates"] == 3
+    assert experiment._c4_claim(_c_results(more, {m: v[::-1] for m, v in good_hf.items()} | {
+        "freeinit": [1.0, 1.01, 0.99], "freqprior": [0.5, 0.55, 0.6]}))["verdict"] == "not_reproduced"
+    assert experiment._c4_claim(_c_results(more, good_hf))["verdict"] == "partial"      # HF closer, flicker worse
+    noisy = experiment._c4_claim(_c_results(less, {m: [5.0, 6.0, 5.5] for m in good_hf}))
+    assert noisy["verdict"] == "not_run" and noisy["ours"] is None and "outside the gate" in noisy["note"]
+
+
+def test_c2_rule_uses_intervals_over_groups():
+    def reps(fp_transition, fp_low):
+        return [[dict(method="gaussian", calls=25, zero=0.2, stop=0.5, low_error=0.9, transition=0.9, **{"pass": 0.9}),
+                 dict(method="freeinit", calls=75, zero=0.8, stop=0.5, low_error=0.2, transition=0.55, **{"pass": 1.2}),
+                 dict(method="freqprior", calls=57, zero=0.7, stop=0.5, low_error=fp_low + 0.01 * k,
+                      transition=fp_transition + 0.01 * k, **{"pass": 1.1})] for k in range(4)]
+    assert experiment._c2_claim(reps(0.9, 0.3))["verdict"] == "reproduced"
+    assert experiment._c2_claim(reps(0.6, 0.3))["verdict"] == "partial"          # transition gain below 0.1
+    assert experiment._c2_claim(reps(0.6, 1.2))["verdict"] == "not_reproduced"
+
+
+def test_rgb_sprites_labels_and_sprite_speed():
+    g = torch.Generator().manual_seed(1)
+    v, cls = experiment.sprite_videos(5, 8, 20, 20, g, sprite=4, rgb=True, labels=True)
+    assert v.shape == (5, 3, 8, 20, 20) and cls.shape == (5,) and int(cls.max()) < len(experiment.PALETTE)
+    v1 = experiment.sprite_videos(16, gen=torch.Generator().manual_seed(2))
+    mask = (v1[:, 0] == 2.5).float()                                            # the sprite's pixels per frame
+    ys, xs = torch.arange(16.0)[:, None], torch.arange(16.0)[None, :]
+    cy = (mask * ys).sum((-2, -1)) / mask.sum((-2, -1))
+    cx = (mask * xs).sum((-2, -1)) / mask.sum((-2, -1))
+    truth = torch.sqrt(cy.diff(dim=1) ** 2 + cx.diff(dim=1) ** 2).mean(1).numpy()
+    speed = experiment.sprite_speed(v1)
+    assert (abs(speed - truth) < 1e-6).mean() >= 0.9, (speed, truth)           # exact on (almost) every video
+    frozen = v1[:, :, :1].expand_as(v1).clone()
+    assert experiment.sprite_speed(frozen).max() == 0                          # a still video does not move
+
+
+def test_unet3d_model_is_class_conditional():
+    torch.manual_seed(0)
+    m = experiment.UNet3DEps(3, 16).eval()
+    x = torch.randn(2, 3, 4, 16, 16, dtype=torch.float64)
+    with torch.no_grad():
+        a = m(x, 500, label=torch.tensor([0, 1]))
+        b = m(x, 500, label=torch.tensor([2, 3]))
+        null = m(x, 500)
+    assert a.shape == x.shape and a.dtype == torch.float64
+    assert not torch.allclose(a, b)                                             # the label reaches the output
+    assert torch.allclose(null, m(x, 500, label=torch.full((2,), m.null)))      # no label is the null label
+
+
+def test_full_preset_plan_and_smoke(tmp_root):
+    from iclr25_repro.core import cli
+    full = experiment.Config.preset("full")
+    phases = experiment.plan(full)
+    assert len(phases) == 2 + full.c_seeds == len(experiment.jobs_for(full)) + 1
+    unet = [p for p in phases if p.get("model") == "unet3d"]
+    assert len(unet) == 3 and all(p["video"] == (3, 16, 32, 32) and p["samples_per_method"] == 1024 for p in unet)
+    assert unet[0]["model_evaluations"] == 1024 * (25 + 75 + 57) * (2 if full.c_guidance != 1 else 1)
+    assert 1 < unet[0]["gflop_per_video_evaluation"] < 100 and unet[0]["sampling_pflop"] > 0
+    doc = cli.run_experiment("freqprior", "full", "cpu", 0, smoke=True)
+    assert doc["scale"] == "full" and doc["config"]["smoke"] is True and doc["config"]["c_arch"] == "unet3d"
+    assert [c["id"] for c in doc["claims"]] == ["C1-variance", "C2-spectrum", "C3-cost", "C4-learned"]
+    assert not (tmp_root / "book" / "results").exists()
