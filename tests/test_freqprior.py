@@ -409,3 +409,19 @@ def test_full_preset_plan_and_smoke(tmp_root):
     assert doc["scale"] == "full" and doc["config"]["smoke"] is True and doc["config"]["c_arch"] == "unet3d"
     assert [c["id"] for c in doc["claims"]] == ["C1-variance", "C2-spectrum", "C3-cost", "C4-learned"]
     assert not (tmp_root / "book" / "results").exists()
+
+
+def test_vparam_turns_a_v_prediction_into_the_epsilon_prediction():
+    acp = VideoDiffusionSampler(lambda x, t: x).acp
+    g = torch.Generator().manual_seed(3)
+    x0, eps = torch.randn(4, 1, 2, 4, 4, generator=g), torch.randn(4, 1, 2, 4, 4, generator=g)
+    t = torch.tensor([1, 200, 600, 999])
+    a = acp.float()[t][:, None, None, None, None]
+    xt = a.sqrt() * x0 + (1 - a).sqrt() * eps
+
+    class Oracle(torch.nn.Module):                          # returns the true v of this batch
+        def forward(self, x, t, label=None):
+            return a.sqrt() * eps - (1 - a).sqrt() * x0
+    m = experiment.VParam(Oracle(), acp)
+    assert torch.allclose(m(xt, t), eps, atol=1e-5)
+    assert m(xt, 500).shape == xt.shape                     # a scalar timestep broadcasts over the batch
