@@ -7,8 +7,9 @@ import torch
 
 from iclr25_repro.guard import experiment
 from iclr25_repro.guard.model import (BudgetExhausted, CausalLMProposal, TabularLM, TokenBoost, all_sequences, contains,
-                                      dpg, estimate_report, exact_report, first_position, guard_sample, logit_boost,
-                                      prompt_analogue, restricted_fit, sft, tiny_gpt2, toy_base, twisted_proposal)
+                                      dpg, dpg_loss, estimate_report, exact_report, first_position, guard_sample,
+                                      logit_boost, prompt_analogue, restricted_fit, sft, tiny_gpt2, toy_base,
+                                      twisted_proposal)
 
 V, T = 5, 4
 
@@ -92,12 +93,34 @@ def test_dpg_gradient_equals_exact_forward_kl_gradient():
         la, lq = small.log_prob(Y), q.log_prob(Y)
         Z = float(la[ok].exp().sum())
         g = torch.where(ok, (la - math.log(Z)).exp(), torch.zeros_like(la))
+        w = torch.where(ok, (la - lq).exp(), torch.zeros_like(la))                 # P / q
     exact = torch.autograd.grad((g[ok] * (g[ok].log() - pi.log_prob(Y)[ok])).sum(), pi.logits)[0]
-    lpi = pi.log_prob(Y)
-    ratio = (lpi.detach() - lq).exp()
-    R = torch.where(ok, g / lpi.detach().exp(), torch.zeros_like(g))
-    est = torch.autograd.grad(-(lq.exp() * ratio * (R - 0.3) * lpi).sum(), pi.logits)[0]
-    assert torch.allclose(est, exact, atol=1e-12)
+    for B in (0.0, 0.3, 5.0):
+        est = torch.autograd.grad(dpg_loss(pi.log_prob(Y), lq, w, Z, B, sample_weight=lq.exp()), pi.logits)[0]
+        assert torch.allclose(est, exact, atol=1e-12)
+    # the batch form (uniform average over draws from q) is an unbiased estimate of the same gradient
+    draws = q.sample(200_000, torch.Generator().manual_seed(6))
+    with torch.no_grad():
+        ldq, okd = q.log_prob(draws), contains(2)(draws)
+        wd = torch.where(okd, (small.log_prob(draws) - ldq).exp(), torch.zeros_like(ldq))
+    mc = torch.autograd.grad(dpg_loss(pi.log_prob(draws), ldq, wd, Z, 0.0), pi.logits)[0]
+    assert float((mc - exact).abs().max()) < 0.02 * float(exact.abs().max()) + 1e-3
+
+
+def test_token_boost_is_transformers_sequence_bias():
+    from transformers import SequenceBiasLogitsProcessor
+    boost = TokenBoost(3, 4.0)
+    assert isinstance(boost, SequenceBiasLogitsProcessor)
+    scores = torch.randn(2, 6, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    ids = torch.tensor([[5, 1], [5, 3]])
+    out = boost(ids, scores.clone())
+    manual = scores.clone()
+    manual[:, 3] += math.log(4.0)
+    assert torch.allclose(out, manual)
+    p, p0 = torch.softmax(out, -1), torch.softmax(scores, -1)                   # probability x 4, then renormalised
+    assert torch.allclose(p[:, 3] / p[:, 0], 4 * p0[:, 3] / p0[:, 0])
+    with pytest.raises(ValueError, match="positive"):
+        TokenBoost(3, 0.0)
 
 
 def test_dpg_and_sft_improve_and_are_deterministic(toy):

@@ -17,7 +17,7 @@ import torch
 # %% auto #0
 __all__ = ['all_sequences', 'contains', 'first_position', 'TabularLM', 'check_sequences', 'toy_base', 'TokenBoost',
            'CausalLMProposal', 'tiny_gpt2', 'BudgetExhausted', 'GuardStats', 'guard_sample', 'exact_report',
-           'twisted_proposal', 'prompt_analogue', 'logit_boost', 'sft', 'DPGLog', 'dpg', 'restricted_fit',
+           'twisted_proposal', 'prompt_analogue', 'logit_boost', 'sft', 'DPGLog', 'dpg_loss', 'dpg', 'restricted_fit',
            'estimate_report']
 
 # %% ../../nbs/guard/02_implementation.ipynb #b34a0482
@@ -132,19 +132,16 @@ def toy_base(V: int = 10, T: int = 6, target: int | None = None, p_target: float
     return TabularLM.from_markov(init, trans, target)
 
 # %% ../../nbs/guard/02_implementation.ipynb #98dfe7f0
-from transformers import LogitsProcessor
+from transformers import SequenceBiasLogitsProcessor
 
-class TokenBoost(LogitsProcessor):
-    "A transformers LogitsProcessor that multiplies one token's probability by `factor` before renormalising."
+class TokenBoost(SequenceBiasLogitsProcessor):
+    """transformers' `SequenceBiasLogitsProcessor` with one single-token bias: adds log(`factor`) to one token's logit
+    at every step, so after the softmax its probability is multiplied by `factor` and the others are renormalised."""
     def __init__(self, token: int, factor: float):
         if factor <= 0:
             raise ValueError(f"factor must be positive, got {factor}")
         self.token, self.log_factor = int(token), math.log(factor)
-
-    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
-        scores = scores.clone()
-        scores[:, self.token] += self.log_factor
-        return scores
+        super().__init__([[[self.token], self.log_factor]])
 
 class CausalLMProposal(torch.nn.Module):
     "A transformers causal LM over tokens 0..V-1 (BOS id V) with exact log_prob and reproducible sampling."
@@ -334,9 +331,22 @@ class DPGLog:
     proposal_updates: int
     accepted: int
 
+def dpg_loss(log_pi: torch.Tensor, log_q: torch.Tensor, w: torch.Tensor, z_hat: float, baseline: float,
+             sample_weight: torch.Tensor | None = None) -> torch.Tensor:
+    """The KL-DPG surrogate loss of one batch drawn from q: -(pi/q)(R - B) log pi with the pseudo-reward
+    R = P / (Z pi), written as -(w/Z - (pi/q) B) log pi with w = P/q (no division by pi, so no 0 * inf when pi
+    underflows). Its gradient in pi's parameters estimates that of KL(g || pi) = -E_g[log pi] + const. The batch
+    average is taken with `sample_weight` (default: uniform, for samples drawn from q; an enumeration of all
+    sequences passes q(y), which makes the estimate exact)."""
+    ratio = torch.exp(log_pi.detach() - log_q)                                           # pi / q
+    terms = (w / z_hat - ratio * baseline) * log_pi
+    return -(terms.mean() if sample_weight is None else (sample_weight * terms).sum())
+
 def dpg(model, base, constraint, budget: int, batch_size: int = 500, lr: float = 0.05, baseline_window: int = 1024,
         check_every: int = 5, generator: torch.Generator | None = None):
-    "Offline DPG towards g = base * constraint / Z with `budget` proposal samples; returns (policy, DPGLog)."
+    """Offline DPG towards g = base * constraint / Z with `budget` proposal samples; returns (policy, DPGLog).
+    Every `check_every` steps the proposal q is replaced by pi if pi's estimated KL(g || .) is lower, judged on the
+    fresh batch before pi trains on it (a batch pi has just trained on would favour pi)."""
     if budget < batch_size:
         raise ValueError(f"budget ({budget}) must be at least one batch ({batch_size})")
     pi = _trainable_copy(model)
@@ -354,20 +364,20 @@ def dpg(model, base, constraint, budget: int, batch_size: int = 500, lr: float =
             w = torch.exp(log_p - log_q)                                                     # P / q
             w_sum, n_seen, accepted = w_sum + float(w.sum()), n_seen + len(Y), accepted + int(ok.sum())
             z_hat = max(w_sum / n_seen, 1e-300)                                              # running IS estimate
-        log_pi = pi.log_prob(Y)
-        ratio = torch.exp(log_pi.detach() - log_q)                                           # pi / q
-        baseline = float(np.mean(rewards)) if rewards else 0.0
-        # (pi/q)(R - B) log pi with R = P/(Z pi), written without dividing by pi (no 0 * inf when pi underflows)
-        loss = -((w / z_hat - ratio * baseline) * log_pi).mean()
-        opt.zero_grad(); loss.backward(); opt.step()
-        rewards.extend((w / z_hat / ratio.clamp_min(1e-300)).tolist())
-        if (step + 1) % check_every == 0 and ok.any():      # offline: adopt pi as the sampler when it is better
-            with torch.no_grad():
+            if step > 0 and step % check_every == 0 and ok.any():   # offline: adopt pi when it is better
                 g_w = w / w.sum()                                                            # self-normalised g-weights
                 kl_q = float((g_w[ok] * (log_p[ok] - math.log(z_hat) - log_q[ok])).sum())
                 kl_pi = float((g_w[ok] * (log_p[ok] - math.log(z_hat) - pi.log_prob(Y[ok]))).sum())
-            if kl_pi < kl_q:                              # judged on the same batch (the one pi just trained on)
-                q, updates = copy.deepcopy(pi).requires_grad_(False), updates + 1
+                swap = kl_pi < kl_q
+            else:
+                swap = False
+        log_pi = pi.log_prob(Y)
+        baseline = float(np.mean(rewards)) if rewards else 0.0
+        loss = dpg_loss(log_pi, log_q, w, z_hat, baseline)
+        opt.zero_grad(); loss.backward(); opt.step()
+        rewards.extend((w / z_hat / torch.exp(log_pi.detach() - log_q).clamp_min(1e-300)).tolist())
+        if swap:      # this batch was drawn from the old q, whose log_q the loss above used; later batches come from pi
+            q, updates = copy.deepcopy(pi).requires_grad_(False), updates + 1
     return pi, DPGLog(steps, steps * batch_size, z_hat, updates, accepted)
 
 def restricted_fit(a: TabularLM, Yall: torch.Tensor, constraint) -> TabularLM:
