@@ -92,7 +92,26 @@ def test_metrics_equal_a_transcription_of_the_official_evaluation():
         official_cpt50 = np.interp(0.5 * (S.mean() - W.mean()) + W.mean(), y, x) / 100
         ours = evaluate_router(scores, S, W)
         assert ours["apgr"] == pytest.approx(official_apgr, abs=1e-12)
-        assert ours["cpt50"] == pytest.approx(official_cpt50, abs=1e-12)
+        assert cpt(ours["share"], ours["perf"], S, W, 0.5, method="interp") == pytest.approx(official_cpt50, abs=1e-12)
+        g = pgr(ours["perf"], S, W)                       # the first crossing: below 0.5 before it, 0.5 at it
+        first = ours["cpt50"]
+        assert np.all(g[ours["share"] < first - 1e-12] < 0.5)
+        assert np.interp(first, ours["share"], g) == pytest.approx(0.5, abs=1e-9)
+
+
+def test_cpt_takes_the_first_crossing_of_a_curve_that_is_not_monotone():
+    S, W = np.ones(4), np.zeros(4)                         # PGR = perf
+    share = np.array([0, 0.25, 0.5, 0.75, 1.0])
+    perf = np.array([0, 0.6, 0.4, 0.7, 1.0])
+    assert cpt(share, perf, S, W, 0.5) == pytest.approx(0.25 * 0.5 / 0.6)
+    assert cpt(share, perf, S, W, 0.65) == pytest.approx(0.5 + 0.25 * 0.25 / 0.3)
+    assert cpt(share, perf, S, W, 0.0) == 0.0
+    rising = np.array([0, 0.3, 0.5, 0.8, 1.0])              # on a rising curve the official reading agrees
+    for x in (0.1, 0.5, 0.8, 0.95):
+        assert cpt(share, rising, S, W, x) == pytest.approx(cpt(share, rising, S, W, x, method="interp"))
+    assert np.isnan(cpt(share[:3], perf[:3], S, W, 0.9))    # never reached
+    with pytest.raises(ValueError, match="method"):
+        cpt(share, perf, S, W, 0.5, method="last")
 
 
 def test_metric_bad_inputs():

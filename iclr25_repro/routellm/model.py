@@ -122,12 +122,24 @@ def apgr(share, perf, strong, weak) -> float:
     strong_area = np.trapezoid(np.full_like(share, strong.mean()), share)
     return float((area - weak_area) / (strong_area - weak_area))
 
-def cpt(share, perf, strong, weak, x: float) -> float:
-    "Call-performance threshold: the strong share needed to recover a fraction x of the gap (np.interp)."
+def cpt(share, perf, strong, weak, x: float, method: str = "first") -> float:
+    """Call-performance threshold: the smallest strong share at which the PGR curve (piecewise linear in the share)
+    first reaches x, i.e. where its running maximum, a monotone envelope, crosses x. `method="interp"` is the official
+    reading, `np.interp(x, PGR, share)`, which is the same on a rising curve and undefined on one that is not."""
     if not 0 <= x <= 1:
         raise ValueError(f"x must lie in [0, 1], got {x}")
-    g = pgr(perf, strong, weak)
-    return float(np.interp(x, g, np.asarray(share, dtype=float)))
+    if method not in ("first", "interp"):
+        raise ValueError(f"method must be 'first' or 'interp', got {method!r}")
+    g, s = pgr(perf, strong, weak), np.asarray(share, dtype=float)
+    if method == "interp":
+        return float(np.interp(x, g, s))
+    hit = np.flatnonzero(g >= x)
+    if len(hit) == 0:
+        return float("nan")                                 # the curve never recovers x of the gap
+    i = int(hit[0])
+    if i == 0:
+        return float(s[0])
+    return float(s[i - 1] + (x - g[i - 1]) / (g[i] - g[i - 1]) * (s[i] - s[i - 1]))
 
 def optimal_curve(strong, weak, shares=np.linspace(0, 1, 11)) -> tuple[np.ndarray, np.ndarray]:
     "The best performance reachable at each strong share: send the queries with the largest positive gain."
