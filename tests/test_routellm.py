@@ -438,3 +438,24 @@ def test_summarise_means_and_spreads():
     s = experiment.summarise(rows)["chat|arena|MF"]
     assert s["apgr"] == pytest.approx(0.65) and s["apgr_sd"] == pytest.approx(np.std([0.6, 0.7], ddof=1))
     assert s["apgr_worlds"] == [0.6, 0.7] and s["n"] == 2
+
+
+def test_routers_are_sklearn_estimators_with_the_official_method(world_prefs):
+    from sklearn.base import clone
+    w, pref, E = world_prefs
+    mf = MFRouter(dim=8, epochs=2, seed=0)
+    assert mf.get_params()["dim"] == 8 and mf.set_params(epochs=3) is mf and mf.epochs == 3
+    fitted = mf.fit(pref, w.names[0], w.names[6])
+    twin = clone(fitted)
+    assert twin.get_params() == fitted.get_params() and not hasattr(twin, "strong_")   # clone is unfitted
+    twin.fit(pref, w.names[0], w.names[6])
+    assert np.allclose(twin.strong_win_rate(E[:5]), fitted.strong_win_rate(E[:5]))     # same params, same router
+    assert fitted.calculate_strong_win_rate(E[3]) == pytest.approx(float(fitted.strong_win_rate(E[3:4])[0]))
+    assert set(SWRankingRouter().get_params()) == {"encoder", "gamma", "n_tiers", "chunk"}
+    rr = RandomRouter(seed=3)
+    first = rr.strong_win_rate(E[:4])
+    assert not np.allclose(rr.strong_win_rate(E[:4]), first)                            # one stream of draws
+    assert np.allclose(RandomRouter(seed=3).strong_win_rate(E[:4]), first)
+    assert np.allclose(clone(rr).strong_win_rate(E[:4]), first)
+    rr.set_params(seed=9)
+    assert np.allclose(rr.strong_win_rate(E[:4]), RandomRouter(seed=9).strong_win_rate(E[:4]))

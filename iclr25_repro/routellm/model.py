@@ -250,8 +250,12 @@ def compute_tiers(ratings, n_tiers: int) -> np.ndarray:
     return tiers
 
 # %% ../../nbs/routellm/02_implementation.ipynb #3633f977
-class Router:
-    "Base class: one interface for every router."
+from sklearn.base import BaseEstimator
+
+class Router(BaseEstimator):
+    """Base class: one interface for every router. A scikit-learn estimator for its parameters (`get_params`,
+    `set_params`, `sklearn.base.clone`: the constructor's arguments), fitted on a preference table with
+    `fit(preferences, strong, weak)`; scored like the official RouteLLM routers (`calculate_strong_win_rate`)."""
     name = "router"
 
     def __init__(self, encoder=None):
@@ -298,6 +302,11 @@ class Router:
             raise ValueError(f"threshold must lie in [0, 1], got {threshold}")
         return self.strong_win_rate(queries) >= threshold
 
+    def calculate_strong_win_rate(self, prompt) -> float:
+        "The official RouteLLM router method: P(strong wins) for one prompt (a text, or one embedding)."
+        q = [prompt] if isinstance(prompt, str) else np.asarray(prompt, dtype=np.float32).reshape(1, -1)
+        return float(self.strong_win_rate(q)[0])
+
 def calibrate_threshold(router: Router, reference_queries, strong_share: float) -> float:
     "The threshold that sends a share `strong_share` of the reference queries to the strong model."
     if not 0 <= strong_share <= 1:
@@ -310,13 +319,16 @@ class RandomRouter(Router):
 
     def __init__(self, seed: int = 0, encoder=None):
         super().__init__(encoder)
-        self.rng = np.random.default_rng(seed)
+        self.seed = seed
 
     def strong_win_rate(self, queries) -> np.ndarray:
+        "Successive calls continue one stream of draws from `seed` (restarted when `seed` is set anew)."
         n = len(queries) if isinstance(queries, (list, tuple)) else len(np.asarray(queries))
         if n == 0:
             raise ValueError("queries: empty")
-        return self.rng.uniform(0, 1, n)
+        if getattr(self, "_rng_seed", None) != self.seed:
+            self._rng, self._rng_seed = np.random.default_rng(self.seed), self.seed
+        return self._rng.uniform(0, 1, n)
 
 # %% ../../nbs/routellm/02_implementation.ipynb #168189e2
 class SWRankingRouter(Router):
