@@ -323,9 +323,8 @@ def learned_toy(cfg, k: int, n_boot: int = 500) -> dict:
             losses.append(float(loss.detach()))
         model.eval()
         n = cfg.c_videos
-        ref_videos, ref_cls = sprite_videos(max(4 * n, 64), cfg.c_frames, cfg.c_size, cfg.c_size, gen, sprite, cfg.c_rgb,
-                                            labels=True)
-        ref = video_metrics(ref_videos, sprite)
+        ref = video_metrics(sprite_videos(max(4 * n, 64), cfg.c_frames, cfg.c_size, cfg.c_size, gen, sprite, cfg.c_rgb),
+                            sprite)
         eps0 = torch.randn(n, C, cfg.c_frames, cfg.c_size, cfg.c_size, generator=gen).to(device)
         labels = torch.randint(0, len(PALETTE), (n,), generator=gen) if conditional else None
         rows = [dict(seed=seed, method="data", flicker=float(ref["flicker"].mean()), hf_ratio=1.0, speed_ratio=1.0,
