@@ -12,7 +12,7 @@ from iclr25_repro.routellm.model import (A_WINS, B_WINS, TIE, BertRouter, MFMode
                                          SWRankingRouter, TextEncoder, apgr, arena_battles, arena_elo, bradley_terry,
                                          calibrate_threshold, class_battles, compute_tiers, cpt, elo, evaluate_router,
                                          make_queries, make_world, optimal_curve, pgr, route_curve, win_matrices,
-                                         ARENA_MIX, TOPICS)
+                                         ARENA_MIX, CHAT_MIX, TOPICS)
 
 
 # ---------------------------------------------------------------- metrics
@@ -322,13 +322,17 @@ def tiny_run():
 
 def test_tiny_run_has_claims_and_valid_numbers(tiny_run):
     cfg, out = tiny_run
-    assert [c["id"].split("-")[0] for c in out["claims"]] == ["C1", "C2", "C3", "C4"]
-    assert [c["kind"] for c in out["claims"]] == ["claim", "claim", "claim", "check"]
-    for c in out["claims"][:3]:
+    assert [c["id"].split("-")[0] for c in out["claims"]] == ["C1", "C2", "C3", "C4", "C5", "K1", "K2"]
+    assert [c["kind"] for c in out["claims"]] == ["claim"] * 5 + ["check"] * 2
+    for c in out["claims"][:5]:
         assert c["verdict"] in ("reproduced", "partial", "not_reproduced")
+        assert c["replicates"] == len(cfg.repeats) and c["interval"]["lo"] <= c["interval"]["hi"]
     for key, v in out["summary"].items():
         assert math.isfinite(v["apgr"]), key
-    assert set(out["throughput"]) == {"encoder only", "SW ranking", "MF", "BERT"}
+    assert out["routers"] == ("SW ranking", "MF", "MiniLM + linear head")
+    assert set(out["throughput"]) == {"encoder only", *out["routers"]}
+    assert all(abs(i["judge_share"] - cfg.n_judge * cfg.judge_repeats / (i["n_arena"] + i["n_judge"])) < 1e-12
+               for i in out["info"])
 
 
 def test_tiny_run_is_deterministic(tiny_run):
@@ -384,6 +388,7 @@ def test_routed_pairs_pick_dominated_weak_models():
     for key, tier in (("routed", 2), ("transfer", 3)):
         s, wk = (w.names.index(m) for m in pairs[key])
         assert (w.skills[s] > w.skills[wk]).all() and pairs["tiers"][wk] >= tier
+    assert not set(pairs["routed"]) & set(pairs["transfer"])
     assert pairs["routed"][0] == w.names[int(np.argmax(pairs["ratings"]))]
     with pytest.raises(ValueError, match="n_tiers"):
         experiment.routed_pairs(w, pref, 3)
@@ -403,33 +408,145 @@ def test_decontamination_with_a_fake_encoder():
     assert t2["chat"]["text"] == ["chat 2", "chat 3"] and len(emb["chat"]) == 2
 
 
-def test_make_claims_verdicts_at_the_boundaries():
-    def summary(chat, rnd_sd, knowledge, arithmetic, transfer):
-        s = {}
-        for b, vals in (("chat", chat), ("transfer", transfer)):
-            s[f"{b}|-|random"] = {"apgr": 0.5, "apgr_sd": rnd_sd}
-            for r, v in zip(experiment.ROUTERS, vals):
-                s[f"{b}|arena+judge|{r}"] = {"apgr": v, "cpt50": 0.3}
+NAMES = ("SW ranking", "MF", "MiniLM + linear head")
+
+
+def fake_summary(chat=0.6, judge_lift=0.05, knowledge=(0.5, 0.56), arithmetic=(0.5, 0.56), transfer=0.6,
+                 spread=0.01):
+    """A summary with 3 worlds in which every (benchmark, training set, router) has the given mean, with per-world
+    deviations (-spread, 0, +spread) shared by every entry except the random router's, which has none."""
+    dev = np.array([-spread, 0.0, spread])
+    s = {}
+    def put(key, mean, d=dev):
+        b, t, r = key.split("|")
+        s[key] = {"benchmark": b, "train": t, "router": r, "apgr": float(mean), "apgr_sd": 0.01, "n": 3,
+                  "apgr_worlds": list(mean + d), "cpt50": 0.4, "cpt80": 0.7}
+    for b in ("chat", "knowledge", "arithmetic", "transfer"):
+        put(f"{b}|-|random", 0.5, np.zeros(3))
+        put(f"{b}|-|optimal", 0.9, np.zeros(3))
+    for r in NAMES:
+        put(f"chat|arena+judge|{r}", chat)
+        put(f"chat|arena|{r}", chat - judge_lift, dev[::-1])   # the lift varies over worlds by 2 * dev
+        put(f"transfer|arena+judge|{r}", transfer)
+        put(f"transfer|arena|{r}", transfer)
         for b, aug, (base, up) in (("knowledge", "arena+gold", knowledge), ("arithmetic", "arena+judge", arithmetic)):
-            s[f"{b}|-|random"] = {"apgr": 0.5, "apgr_sd": rnd_sd}
-            for r in experiment.ROUTERS:
-                s[f"{b}|arena|{r}"], s[f"{b}|{aug}|{r}"] = {"apgr": base}, {"apgr": up}
-        return s
-    fast = {"encoder only": 60, "SW ranking": 5, "MF": 50, "BERT": 40}
-    v = lambda s, sp=fast: [c["verdict"] for c in experiment.make_claims(s, sp)]
-    assert v(summary((0.61, 0.61, 0.61), 0.03, (0.5, 0.56), (0.5, 0.56), (0.61, 0.61, 0.61))) == ["reproduced"] * 3 + ["passed"]
-    # C1/C3: bar = 0.5 + 3 * 0.03 = 0.59; one router below it -> partial; all below -> not reproduced
-    got = v(summary((0.61, 0.58, 0.61), 0.03, (0.5, 0.56), (0.5, 0.56), (0.58, 0.58, 0.58)))
-    assert got[0] == "partial" and got[2] == "not_reproduced"
-    # C2: lift 0.04 on one benchmark -> partial; Arena-only above random + 0.05 -> not fully reproduced
-    assert v(summary((0.61,) * 3, 0.03, (0.5, 0.56), (0.5, 0.54), (0.61,) * 3))[1] == "partial"
-    assert v(summary((0.61,) * 3, 0.03, (0.56, 0.62), (0.5, 0.56), (0.61,) * 3))[1] == "partial"
-    assert v(summary((0.61,) * 3, 0.03, (0.5, 0.54), (0.5, 0.54), (0.61,) * 3))[1] == "not_reproduced"
-    # C4 (a check): SW not the slowest -> failed; MF under 10 req/s -> failed
-    assert v(summary((0.61,) * 3, 0.03, (0.5, 0.56), (0.5, 0.56), (0.61,) * 3),
-             {"encoder only": 60, "SW ranking": 45, "MF": 40, "BERT": 50})[3] == "failed"
-    assert v(summary((0.61,) * 3, 0.03, (0.5, 0.56), (0.5, 0.56), (0.61,) * 3),
-             {"encoder only": 60, "SW ranking": 5, "MF": 8, "BERT": 50})[3] == "failed"
+            put(f"{b}|arena|{r}", base)
+            put(f"{b}|{aug}|{r}", up, dev[::-1])
+    return s
+
+
+def verdicts(s):
+    return {c["id"].split("-")[0]: c["verdict"] for c in experiment.make_claims(s, NAMES)}
+
+
+def test_make_claims_verdicts_at_the_boundaries():
+    t = lambda: float(__import__("scipy").stats.t.ppf(0.975, 2))
+    half = lambda spread: t() * spread / math.sqrt(3)          # the t half-width of deviations (-spread, 0, spread)
+    v = verdicts(fake_summary())
+    assert v == {"C1": "reproduced", "C2": "reproduced", "C3": "reproduced", "C4": "reproduced", "C5": "reproduced",
+                 "K1": "passed", "K2": "passed"}
+    # C1 / C5: the excess over random (0.1) against its half-width; just inside and just outside the interval's edge
+    h = half(0.01)
+    assert verdicts(fake_summary(chat=0.5 + 1.01 * h))["C1"] == "reproduced"
+    assert verdicts(fake_summary(chat=0.5 + 0.99 * h))["C1"] == "not_reproduced"
+    one_up = fake_summary(transfer=0.5)
+    one_up["transfer|arena+judge|MF"]["apgr_worlds"] = [0.6, 0.61, 0.62]
+    assert verdicts(one_up)["C5"] == "partial"
+    # C2, the judge lift: deviations of the lift are (-2 spread, 0, 2 spread); its interval's edge at the lift
+    h2 = half(0.02)
+    assert verdicts(fake_summary(judge_lift=1.01 * h2))["C2"] == "reproduced"
+    assert verdicts(fake_summary(judge_lift=0.99 * h2))["C2"] == "partial"    # mean above 0, interval not
+    assert verdicts(fake_summary(judge_lift=-0.01))["C2"] == "not_reproduced"
+    # C3 / C4: near random is the Arena-only excess's interval below 0.05 (its deviations are the routers', +-spread)
+    assert verdicts(fake_summary(knowledge=(0.55 - 1.01 * h, 0.62)))["C3"] == "reproduced"
+    assert verdicts(fake_summary(knowledge=(0.55 - 0.99 * h, 0.62)))["C3"] == "partial"   # lift holds, not near random
+    assert verdicts(fake_summary(arithmetic=(0.5, 0.5 + 0.99 * h2)))["C4"] == "not_reproduced"
+    assert verdicts(fake_summary(arithmetic=(0.5, 0.5 + 1.01 * h2)))["C4"] == "reproduced"
+    # the checks: a router above the optimal one fails K2; a random router far from 1/2 fails K1
+    bad = fake_summary()
+    bad["chat|arena+judge|MF"]["apgr"] = 0.95
+    assert verdicts(bad)["K2"] == "failed"
+    bad = fake_summary()
+    bad["knowledge|-|random"]["apgr"] = 0.55   # 0.05 from 1/2 with sd 0.01 over 3 runs: 8.7 standard errors, t(0.9995, 2) = 31.6
+    bad["knowledge|-|random"]["n"] = 30        # with 30 runs: 27 standard errors against t(0.9995, 29) = 3.7
+    assert verdicts(bad)["K1"] == "failed"
+
+
+def test_learned_routers_beat_random_on_a_fixture_world(world_prefs):
+    "Trained on the fixture's Arena (features: topic, level), every learned router beats random on fresh queries."
+    w, pref, E = world_prefs
+    rng = np.random.default_rng(21)
+    q = make_queries(ARENA_MIX, 400, rng, "test")
+    Eq = np.concatenate([np.eye(len(TOPICS))[q["topic"]], q["level"][:, None] / 3.0, np.ones((400, 1))], 1)
+    S, W = w.names[0], w.names[6]
+    s, wk = w.chat_scores(q, [S, W], rng)
+    rnd = np.mean([evaluate_router(RandomRouter(seed=k).strong_win_rate(Eq), s, wk)["apgr"] for k in range(50)])
+    for router in (SWRankingRouter(n_tiers=4), MFRouter(dim=8, epochs=20, batch_size=64, lr=3e-3, seed=0),
+                   BertRouter(n_tiers=4, epochs=300)):
+        a = evaluate_router(router.fit(pref, S, W).strong_win_rate(Eq), s, wk)["apgr"]
+        assert a > rnd + 0.05, (router.name, a, rnd)
+
+
+def test_transfer_fails_where_the_pairs_disagree():
+    """A world in which the two pairs differ only in the style 'brevity', with opposite signs: the routed pair's
+    weak model is the better one at brief answers, the new pair's strong model is. A router that learned its pair
+    perfectly routes the new pair worse than random, so the transfer claim can fail."""
+    from iclr25_repro.routellm.model import World
+    skills = np.array([[0.9] * len(TOPICS), [0.5] * len(TOPICS), [0.9] * len(TOPICS), [0.5] * len(TOPICS)])
+    u = np.zeros((4, 3))
+    u[1, 0], u[2, 0] = 1.0, 1.0   # pair (0, 1): its weak model is better at brevity; pair (2, 3): its strong one is
+    w = World(skills, ("s", "w", "s2", "w2"), facet_skills=u)
+    rng = np.random.default_rng(22)
+    q = make_queries(CHAT_MIX, 2000, rng, "test")
+    routed = experiment.text_gap(w, q, ("s", "w"))
+    s2, w2 = w.chat_scores(q, ["s2", "w2"], rng)
+    assert evaluate_router(routed, s2, w2)["apgr"] < 0.47   # random: 0.5, sd about 0.01 here
+    assert evaluate_router(experiment.text_gap(w, q, ("s2", "w2")), s2, w2)["apgr"] > 0.55
+    with pytest.raises(ValueError, match="facets"):
+        w.quality({"topic": q["topic"], "d": q["d"]})
+
+
+def test_text_gap_averages_the_hidden_difficulty():
+    rng = np.random.default_rng(23)
+    w = make_world(8, rng)
+    q = make_queries(ARENA_MIX, 50, rng)
+    pair = (w.names[0], w.names[5])
+    draws = np.mean([np.subtract(*w.quality(q | {"d": (q["level"] + rng.uniform(size=50)) / 4}, list(pair)))
+                     for _ in range(4000)], 0)
+    assert np.abs(experiment.text_gap(w, q, pair, n_u=64) - draws).max() < 0.01
+
+
+def test_mf_takes_about_the_same_steps_on_every_training_set(tiny_run):
+    cfg, out = tiny_run
+    small, big = (experiment._routers(cfg, 0, "cpu", epoch_scale=x)[1] for x in (3.0, 1.0))
+    assert small.epochs == 3 * big.epochs == 3 * cfg.mf_epochs
+    for info in out["info"]:
+        most = max(m["decided_battles"] for m in info["mf"].values())
+        for m in info["mf"].values():   # whole epochs: the same steps as the largest set's, up to rounding the epochs
+            assert abs(m["epochs"] - cfg.mf_epochs * most / m["decided_battles"]) <= 0.5, info["mf"]
+        assert info["mf"]["arena"]["epochs"] > info["mf"]["arena+judge"]["epochs"]
+
+
+def test_smoke_caps_loops_and_leaves_the_rest(tiny_run):
+    ci, smoke = experiment.Config.preset("ci"), experiment.Config.preset("ci", smoke=True)
+    assert smoke.bert_finetune_steps == ci.bert_finetune_steps == 0 and smoke.n_bench <= ci.n_bench
+    assert smoke.repeats == ci.repeats[:2] and smoke.facet_spread == ci.facet_spread
+    cfg, out = tiny_run   # the sensitivity of C5: one block per spread, each with every router and the references
+    assert [b["facet_spread"] for b in out["sensitivity"]] == sorted({*cfg.sensitivity_spreads, cfg.facet_spread})
+    for block in out["sensitivity"]:
+        assert {"transfer|-|random", "transfer|-|routed-pair text oracle", "transfer|arena+judge|MF"} <= set(block["summary"])
+
+
+def test_full_preset_plan_and_smoke():
+    from iclr25_repro.core import cli
+    full = experiment.Config.preset("full")
+    phases = experiment.plan(full)
+    worlds = [p for p in phases if p["phase"].startswith("world")]
+    assert len(worlds) == 5 and worlds[0]["models"] == 64 and worlds[0]["arena_battles"] == 80_000
+    assert abs(worlds[0]["judge_share"] - 0.65) < 0.01 and "MiniLM fine-tuned" in worlds[0]["routers"]
+    doc = cli.run_experiment("routellm", "full", "cpu", 0, smoke=True)
+    assert doc["config"]["smoke"] is True and doc["config"]["n_models"] == 64
+    assert [c["id"].split("-")[0] for c in doc["claims"]] == ["C1", "C2", "C3", "C4", "C5", "K1", "K2"]
 
 
 def test_summarise_means_and_spreads():
