@@ -457,9 +457,11 @@ def test_make_claims_verdicts_at_the_boundaries():
     assert verdicts(fake_summary(judge_lift=1.01 * h2))["C2"] == "reproduced"
     assert verdicts(fake_summary(judge_lift=0.99 * h2))["C2"] == "partial"    # mean above 0, interval not
     assert verdicts(fake_summary(judge_lift=-0.01))["C2"] == "not_reproduced"
-    # C3 / C4: near random is the Arena-only excess's interval below 0.05 (its deviations are the routers', +-spread)
+    # C3 / C4: near random is the Arena-only excess's interval inside +-0.05 (its deviations are the routers', +-spread)
     assert verdicts(fake_summary(knowledge=(0.55 - 1.01 * h, 0.62)))["C3"] == "reproduced"
     assert verdicts(fake_summary(knowledge=(0.55 - 0.99 * h, 0.62)))["C3"] == "partial"   # lift holds, not near random
+    assert verdicts(fake_summary(knowledge=(0.45 + 1.01 * h, 0.62)))["C3"] == "reproduced"  # the lower edge, inside
+    assert verdicts(fake_summary(knowledge=(0.45 + 0.99 * h, 0.62)))["C3"] == "partial"     # worse than random: not near
     assert verdicts(fake_summary(arithmetic=(0.5, 0.5 + 0.99 * h2)))["C4"] == "not_reproduced"
     assert verdicts(fake_summary(arithmetic=(0.5, 0.5 + 1.01 * h2)))["C4"] == "reproduced"
     # the checks: a router above the optimal one fails K2; a random router far from 1/2 fails K1

@@ -70,7 +70,7 @@ BENCH_TRAIN = {"chat": ("arena", "arena+judge"), "knowledge": ("arena", "arena+g
                "arithmetic": ("arena", "arena+judge"), "transfer": ("arena", "arena+judge")}
 TRAIN_SETS = ("arena", "arena+gold", "arena+judge")
 LEVEL = 0.95          # every claim's interval
-NEAR_RANDOM = 0.05    # "near random": the Arena-only routers' excess APGR over random stays below this
+NEAR_RANDOM = 0.05    # "near random": the Arena-only routers' excess APGR over random lies within +-this
 
 def router_names(cfg: Config) -> tuple[str, str, str]:
     "The three learned routers of a run, by name (the classifier's name says whether MiniLM is fine-tuned)."
@@ -147,15 +147,16 @@ def judge_labels(y: np.ndarray, error: float, rng) -> np.ndarray:
     return np.where(wrong, other, y)
 
 def one_world(cfg: Config, r: int, texts: dict, emb: dict, device: str, train_sets=TRAIN_SETS,
-              benches=tuple(BENCH_TRAIN)) -> dict:
+              benches=tuple(BENCH_TRAIN), pairs: tuple | None = None) -> dict:
     """One repeat: a world of models, its battles and benchmark outcomes, every router trained on each of `train_sets`
-    and evaluated on each of `benches` (with the training sets BENCH_TRAIN gives it, among `train_sets`)."""
+    and evaluated on each of `benches` (with the training sets BENCH_TRAIN gives it, among `train_sets`). `pairs`
+    ((S, W), (S2, W2)) fixes the routed and transfer pairs instead of choosing them from the Arena's ranking."""
     rng = np.random.default_rng([cfg.seed, r])
     world = make_world(cfg.n_models, rng, facet_spread=cfg.facet_spread)
     pid, a, b, y = arena_battles(world, texts["arena"], cfg.battles_per_prompt, rng)
     arena = Preferences(emb["arena"][pid], a, b, y, world.names, prompt_id=pid)
-    pairs = routed_pairs(world, arena, cfg.n_tiers)
-    S, W = pairs["routed"]
+    (S, W), (S2, W2) = pairs if pairs is not None else (lambda p: (p["routed"], p["transfer"]))(
+        routed_pairs(world, arena, cfg.n_tiers))
     iS, iW = world.names.index(S), world.names.index(W)
     g = texts["gold"]
     cs, cw = world.correct(g, [S, W], rng)
@@ -169,7 +170,6 @@ def one_world(cfg: Config, r: int, texts: dict, emb: dict, device: str, train_se
     train = {"arena": arena, "arena+gold": arena + gold, "arena+judge": arena + judge}
     at = [texts["arena"]["text"][i] for i in pid]
     train_texts = {"arena": at, "arena+gold": at + g["text"], "arena+judge": at + j["text"]}
-    S2, W2 = pairs["transfer"]
     outcomes = {"chat": world.chat_scores(texts["chat"], [S, W], rng),
                 "knowledge": world.correct(texts["knowledge"], [S, W], rng),
                 "arithmetic": world.correct(texts["arithmetic"], [S, W], rng),
@@ -238,7 +238,7 @@ def one_world(cfg: Config, r: int, texts: dict, emb: dict, device: str, train_se
             "arena_ties": float((arena.outcome == TIE).mean()), "mf": mf_info, "level_corr": level_corr,
             "fit_seconds": {f"{k[0]} {k[1]}": v for k, v in fit_seconds.items()},
             "bench_means": {b: (float(outcomes[b][0].mean()), float(outcomes[b][1].mean())) for b in benches}}
-    return {"rows": rows, "curves": curves if r == cfg.repeats[0] else None, "info": info,
+    return {"rows": rows, "curves": curves, "info": info,
             "fitted": fitted if r == cfg.repeats[0] else None}
 
 def level_correlation(scores, q: dict) -> float:
@@ -251,13 +251,15 @@ def level_correlation(scores, q: dict) -> float:
             vals.append(spearmanr(np.asarray(scores)[m], q["level"][m]).statistic)
     return float(np.mean(vals)) if vals else float("nan")
 
-def transfer_sensitivity(cfg: Config, texts: dict, emb: dict, device: str, spreads=(0.0, 0.1)) -> list[dict]:
-    "C5 again at other style spreads (same worlds otherwise): the routers trained on Arena + judge, on the new pair."
+def transfer_sensitivity(cfg: Config, texts: dict, emb: dict, device: str, pairs: dict, spreads=(0.0, 0.1)) -> list[dict]:
+    """C5 again at other style spreads: the same worlds (topic skills, the same draws) and the same routed and transfer
+    pairs (`pairs[r]`, from the preset's run), only the style skills scaled; routers trained on Arena + judge."""
     rows = []
     for spread in spreads:
         c = dataclasses.replace(cfg, facet_spread=spread)
         for r in cfg.repeats:
-            for row in one_world(c, r, texts, emb, device, train_sets=("arena+judge",), benches=("transfer",))["rows"]:
+            for row in one_world(c, r, texts, emb, device, train_sets=("arena+judge",), benches=("transfer",),
+                                 pairs=pairs[r])["rows"]:
                 rows.append(row | {"facet_spread": spread})
     return rows
 
@@ -273,9 +275,9 @@ def _src(bench: str) -> str:
     return "chat" if bench == "transfer" else bench
 
 def _routers(cfg: Config, r: int, device: str, epoch_scale: float = 1.0):
-    """The three learned routers, unfitted. MF's epochs are scaled by `epoch_scale` (the largest training set's size
-    over this one's) so that MF takes the same number of steps on every training set: a lift from augmentation is
-    then not a lift from more steps."""
+    """The three learned routers, unfitted. MF's epochs are scaled by `epoch_scale` (the largest training set's number
+    of decided battles over this one's) so that MF takes about the same number of steps on every training set: a
+    lift from augmentation is then not a lift from more steps."""
     return [SWRankingRouter(n_tiers=cfg.n_tiers),
             MFRouter(dim=cfg.mf_dim, epochs=max(1, round(cfg.mf_epochs * epoch_scale)), batch_size=cfg.mf_batch,
                      lr=cfg.mf_lr, seed=r, device=device),
@@ -312,15 +314,18 @@ def run(cfg: Config) -> dict:
     embed_seconds = time.perf_counter() - t0
     worlds = [one_world(cfg, r, texts, emb, device) for r in cfg.repeats]
     rows = [row for w in worlds for row in w["rows"]]
-    sensitivity = transfer_sensitivity(cfg, texts, emb, device, spreads=cfg.sensitivity_spreads)
+    pairs = {r: (w["info"]["pair"], w["info"]["transfer_pair"]) for r, w in zip(cfg.repeats, worlds)}
+    sensitivity = transfer_sensitivity(cfg, texts, emb, device, pairs, spreads=cfg.sensitivity_spreads)
     names = router_names(cfg)
     speed = throughput(worlds[0]["fitted"], encoder, texts["chat"]["text"][:cfg.throughput_requests], names)
     summary = summarise(rows)
-    return {"rows": rows, "summary": summary, "curves": worlds[0]["curves"], "info": [w["info"] for w in worlds],
+    sens = summarise_sensitivity(sensitivity + [row | {"facet_spread": cfg.facet_spread} for row in rows
+                                                if row["benchmark"] == "transfer"])
+    return {"rows": rows, "summary": summary, "curves": worlds[0]["curves"], "world_curves": [w["curves"] for w in worlds],
+            "info": [w["info"] for w in worlds],
             "contamination": contamination, "throughput": speed, "embed_seconds": embed_seconds, "routers": names,
-            "sensitivity": summarise_sensitivity(sensitivity + [row | {"facet_spread": cfg.facet_spread} for row in rows
-                                                                if row["benchmark"] == "transfer"]),
-            "claims": make_claims(summary, names), "seeds": [cfg.seed], "repeats": list(cfg.repeats),
+            "sensitivity": sens,
+            "claims": make_claims(summary, names, [b for b in sens if b["facet_spread"] != cfg.facet_spread]), "seeds": [cfg.seed], "repeats": list(cfg.repeats),
             "device": str(device)}
 
 def summarise(rows: list[dict]) -> dict:
@@ -383,8 +388,9 @@ def augmentation_test(summary: dict, bench: str, aug: str, names) -> dict:
 def _iv(iv: dict) -> str:
     return f"{iv['estimate']:+.3f} [{iv['lo']:+.3f}, {iv['hi']:+.3f}]"
 
-def make_claims(summary: dict, names) -> list[dict]:
-    "The five claims and two checks, each decided by the rule written in it, on intervals over the worlds."
+def make_claims(summary: dict, names, sensitivity: list[dict] | None = None) -> list[dict]:
+    """The five claims and two checks, each decided by the rule written in it, on intervals over the worlds;
+    `sensitivity` (summarise_sensitivity's blocks at other style spreads) adds C5 there to its note, for the record."""
     sw, mf, lm = names
     n = len(world_values(summary, "chat|-|random"))
     claims = []
@@ -450,7 +456,10 @@ def make_claims(summary: dict, names) -> list[dict]:
              "interval recorded is the one with the lowest bound)",
         note=f"lowest bound: {weakest}; differences from random: "
              + "; ".join(f"{r} {_iv(iv)}" for r, iv in ivs.items())
-             + "; paper: Claude-3 Opus/Sonnet 0.772 (SW) vs random 0.493"))
+             + "; paper: Claude-3 Opus/Sonnet 0.772 (SW) vs random 0.493"
+             + "".join(f"; at style spread {b['facet_spread']:g}: " + ", ".join(
+                 f"{r} {_iv(iv)}" for r, iv in beats_random(b["summary"], "transfer", "arena+judge", names).items())
+                 for b in (sensitivity or []))))
     from scipy import stats
     off, ok = {}, []
     for b in BENCH_TRAIN:
