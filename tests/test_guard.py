@@ -234,7 +234,36 @@ def test_tiny_experiment_is_deterministic():
 def test_tiny_experiment_run():
     out = experiment.run(experiment.Config.preset("tiny"))
     ids = [c["id"] for c in out["claims"]]
-    assert ids == ["C1-guarantee", "C2-dpg", "C2b-warm-start", "C3-position"]
-    assert out["claims"][0]["kind"] == "check" and out["claims"][0]["verdict"] == "passed"
-    assert all(c["verdict"] in ("reproduced", "partial", "not_reproduced") for c in out["claims"][1:])
+    assert ids == ["C1-guarantee", "C1b-cost", "C2-dpg", "C2b-warm-start", "C3-position"]
+    assert [c["kind"] for c in out["claims"]] == ["check", "check", "claim", "claim", "claim"]
+    assert out["claims"][0]["verdict"] == "passed"
+    for c in out["claims"][2:]:
+        assert c["verdict"] in ("reproduced", "partial", "not_reproduced") and c["replicates"] >= 2
+    assert set(out["b"]["chosen_lr"]) == {"SFT", "DPG", "warm-start DPG"}
     assert sum(g["violations"] for g in out["a"]["guard"] + out["b"]["guard"]) == 0
+
+
+def test_learned_prompt_is_a_proper_distribution_with_its_own_context():
+    "The same GPT-2 started from BOS and from the instruction id: two distributions, each summing to 1, sampled as scored."
+    lm = tiny_gpt2(3, 3, seed=4, n_context=2)
+    a, p = CausalLMProposal(lm, 3, 3), CausalLMProposal(lm, 3, 3, prefix=4)
+    Y = all_sequences(3, 3)
+    la, lp = a.log_prob(Y).detach(), p.log_prob(Y).detach()
+    assert abs(float(la.exp().sum()) - 1) < 1e-9 and abs(float(lp.exp().sum()) - 1) < 1e-9
+    assert float((la - lp).abs().max()) > 1e-3                       # the context changes the distribution
+    X = p.sample(20_000, torch.Generator().manual_seed(0))
+    freq = torch.bincount(X[:, 0] * 9 + X[:, 1] * 3 + X[:, 2], minlength=27).double() / len(X)
+    assert float((freq - lp.exp()).abs().max()) < 0.02                 # sampling follows log_prob
+    with pytest.raises(ValueError, match="prefix"):
+        CausalLMProposal(lm, 3, 3, prefix=2)
+    with pytest.raises(ValueError, match="vocabulary"):
+        CausalLMProposal(tiny_gpt2(3, 3), 3, 3, prefix=4)
+
+
+def test_frontier_interpolates_in_log_ar_and_stops_at_its_reach():
+    pts = [(0.01, 0.0), (0.1, 0.5), (1.0, 2.0)]
+    assert experiment.frontier_kl(pts, 0.1) == pytest.approx(0.5)
+    assert experiment.frontier_kl(pts, math.sqrt(0.1)) == pytest.approx(1.25)    # halfway in log AR
+    assert experiment.frontier_kl(pts[:2], 0.5) == math.inf                     # beyond the family's reach
+    m = experiment.frontier_margins([dict(seed=0, AR=0.1, kl_g_gprime=0.2)], {"f": pts}, [dict(seed=0, kl_g_gprime=0.3)])
+    assert m["margins"] == [pytest.approx(0.1)] and m["detail"][0]["f"] == pytest.approx(0.3)

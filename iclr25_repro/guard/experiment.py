@@ -12,14 +12,15 @@ from typing import ClassVar
 import numpy as np
 import torch
 
-from ..core.results import check, claim
+from ..core.results import check, claim, decide, mean_interval, paired_interval
 from ..core.runtime import ScaledConfig, map_jobs, one_thread, workers_device
 from .model import (CausalLMProposal, TokenBoost, all_sequences, contains, dpg, estimate_report,
                                       exact_report, first_position, guard_sample, logit_boost, prompt_analogue,
                                       restricted_fit, sft, tiny_gpt2, toy_base, twisted_proposal)
 
 # %% auto #0
-__all__ = ['PAPER', 'Config', 'part_a', 'part_b', 'make_claims', 'run']
+__all__ = ['PAPER', 'MAX_GUARD_DRAWS', 'LEVEL', 'CANNOT_REACH', 'Config', 'part_a', 'prompted_gpt2', 'trained_b', 'part_b',
+           'frontier_kl', 'frontier_margins', 'part_margins', 'make_claims', 'run', 'plan']
 
 # %% ../../nbs/guard/03_evaluation.ipynb #f20a16a8
 @dataclass
@@ -36,35 +37,38 @@ class Config(ScaledConfig):
     sft_steps: int = 300
     warm_share: float = 0.1
     warm_steps: int = 10
-    prompt_factors: tuple = (5.0, 10.0, 20.0, 40.0, 80.0)
-    boost_factors: tuple = (2.0, 4.0, 8.0, 16.0, 32.0)
-    prompt_factor: float = 40.0           # the prompting analogue used for C3 and the GUARD runs
+    prompt_factors: tuple = (5.0, 10.0, 20.0, 40.0, 80.0, 320.0, 1280.0, 5120.0)
+    boost_factors: tuple = (2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 256.0, 1024.0)   # up to AR near 1: the whole frontier
+    prompt_factor: float = 40.0           # the positional prompting analogue shown in the figures and GUARD runs
     guard_n: int = 1000                   # GUARD outputs per proposal
     b_V: int = 6
     b_T: int = 5
     b_p_target: float = 0.006
-    b_corpus: int = 20_000
-    b_train_steps: int = 150
+    b_corpus: int = 20_000                # half plain chain samples, half instruction-prefixed samples
+    b_prompt_boost: float = 8.0           # the instructed writers use the target token this much more, at every step
+    b_train_steps: int = 300
     b_embd: int = 32
-    b_budget: int = 20_000
+    b_updates: int = 100                  # gradient updates of every trained proposal in Part B
+    b_batch: int = 200                    # samples per update (DPG's budget: b_updates * b_batch)
+    b_lrs: tuple = (3e-4, 1e-3, 3e-3)     # the same sweep for SFT, DPG and warm-start DPG, on a tuning seed
+    b_seeds: tuple = (0, 1, 2)            # evaluation seeds at the chosen learning rates
     b_mc_a: int = 10_000                  # samples of a for the Monte-Carlo estimates
     b_mc_q: int = 4_000                   # samples of each proposal
-    b_boost: float = 4.0
-    b_sft_lr: float = 1e-3                # Adam on a transformer: much smaller steps than on a table of logits
-    b_dpg_lr: float = 1e-3
+    b_boosts: tuple = (2.0, 4.0, 8.0, 16.0, 64.0, 256.0, 1024.0)
     n_workers: int = 2
     PRESETS: ClassVar[dict] = {
-        "tiny": dict(V=6, T=4, p_target=0.01, budgets=(4000,), seeds=(0,), sft_steps=50, prompt_factors=(10.0, 40.0),
-                     boost_factors=(4.0,), guard_n=50, b_corpus=2000, b_train_steps=20, b_budget=2000, b_mc_a=2000,
-                     b_mc_q=500, n_workers=1),
+        "tiny": dict(V=6, T=4, p_target=0.01, budgets=(4000,), seeds=(0, 1), sft_steps=50, prompt_factors=(10.0, 40.0),
+                     boost_factors=(4.0, 16.0), guard_n=50, b_corpus=2000, b_train_steps=20, b_updates=10, b_batch=100,
+                     b_lrs=(1e-3,), b_seeds=(0, 1), b_mc_a=2000, b_mc_q=500, b_boosts=(4.0,), n_workers=1),
         "ci": {},
         "full": dict(budgets=(20_000, 50_000, 200_000, 1_000_000), seeds=(0, 1, 2, 3, 4), guard_n=10_000,
-                     b_V=8, b_T=6, b_corpus=200_000, b_train_steps=2000, b_embd=64, b_budget=200_000,
-                     b_mc_a=1_000_000, b_mc_q=100_000),
+                     b_V=8, b_T=6, b_corpus=200_000, b_train_steps=2000, b_embd=64, b_updates=1000, b_batch=500,
+                     b_seeds=(0, 1, 2, 3, 4), b_mc_a=1_000_000, b_mc_q=100_000),
     }
-    SMOKE: ClassVar[dict] = dict(budgets=lambda b: b[:1], seeds=lambda s: s[:1], sft_steps=2, warm_steps=2,
-                                 guard_n=20, b_corpus=1000, b_train_steps=2, b_budget=1000, b_mc_a=1000, b_mc_q=200,
-                                 n_workers=1)
+    SMOKE: ClassVar[dict] = {k: (lambda cap: lambda v: min(v, cap))(cap) for k, cap in dict(
+        sft_steps=2, warm_steps=2, guard_n=20, b_corpus=1000, b_train_steps=2, b_updates=3, b_mc_a=1000,
+        b_mc_q=200).items()} | dict(budgets=lambda b: b[:1], seeds=lambda s: s[:2], b_lrs=lambda x: x[:1],
+                                    b_seeds=lambda s: s[:2], n_workers=lambda n: 1)
 
 # %% ../../nbs/guard/03_evaluation.ipynb #2e02310d
 PAPER = {"title": "Guaranteed Generation from Large Language Models", "arxiv": "2410.06716",
@@ -75,8 +79,11 @@ def _exact(name, lp_a, model, Y, ok, pos, T, **extra) -> dict:
         r = exact_report(lp_a, model.log_prob(Y), ok, pos, T)
     return dict(name=name, **extra, **r)
 
+MAX_GUARD_DRAWS = 200_000   # a proposal with a tiny AR (a collapsed one) gets fewer outputs, not hours of sampling
+
 def _guard_run(name: str, model, b, n: int, exact_ar: float, gen) -> dict:
-    "n GUARD outputs: violations, empirical acceptance rate, its z-score against the exact AR."
+    "n GUARD outputs (fewer if 1/AR draws each would pass MAX_GUARD_DRAWS): violations, acceptance rate, its z-score."
+    n = max(1, min(n, int(0.5 * MAX_GUARD_DRAWS * exact_ar)))
     max_tries = int(20 * n / max(exact_ar, 1e-6)) + 10_000
     batch = min(max_tries, max(1000, int(1.5 * n / max(exact_ar, 1e-6))))     # usually one batch suffices
     Y, st = guard_sample(model, b, n, max_tries=max_tries, batch_size=batch, generator=gen)
@@ -127,108 +134,217 @@ def part_a(V: int, T: int, p_target: float, budgets: tuple, seeds: tuple, dpg_lr
     guard += [_guard_run(n, trained[n, largest, s0], b, guard_n, ar[n], gen) for n in ("SFT", "DPG", "warm-start DPG")]
     return dict(rows=rows, guard=guard, Z=rows[0]["Z"])
 
-def part_b(V: int, T: int, p_target: float, corpus: int, train_steps: int, embd: int, budget: int, mc_a: int, mc_q: int,
-           boost: float, guard_n: int, sft_lr: float, sft_steps: int, dpg_lr: float, dpg_batch: int, seed: int) -> dict:
-    "The learned toy: a tiny GPT-2 base trained on chain samples; boost, SFT and DPG proposals; exact vs Monte Carlo."
+def prompted_gpt2(chain, boosted, V: int, T: int, corpus: int, train_steps: int, embd: int, seed: int, gen):
+    """A tiny GPT-2 trained from scratch on a corpus of two kinds of text: [BOS] + a sample of the chain, and
+    [INSTR] + a sample of the boosted chain (writers told to use the target token use it more, at every step).
+    Returns (a, prompted): the model started from BOS, and the same model started from the instruction id V + 1."""
+    model = tiny_gpt2(V, T, n_embd=embd, seed=seed, n_context=2)
+    a, prompted = CausalLMProposal(model, V, T), CausalLMProposal(model, V, T, prefix=V + 1)
+    plain, instr = chain.sample(corpus // 2, gen), boosted.sample(corpus // 2, gen)
+    opt = torch.optim.Adam(model.parameters(), lr=3e-3)
+    for _ in range(train_steps):
+        i, j = (torch.randint(len(x), (128,), generator=gen) for x in (plain, instr))
+        loss = -0.5 * (a.log_prob(plain[i]).mean() + prompted.log_prob(instr[j]).mean())
+        opt.zero_grad(); loss.backward(); opt.step()
+    for p in model.parameters():
+        p.requires_grad_(False)
+    return a, prompted, float(loss.detach())
+
+def trained_b(a, prompted, b, updates: int, batch: int, lr: float, warm_share: float, gen,
+              which=("SFT", "DPG", "warm-start DPG")) -> dict:
+    """SFT, DPG and warm-start DPG from the GPT-2 `a`, each with `updates` gradient updates of `batch` samples and the
+    same learning rate. SFT learns from the accepted ones among updates * batch samples of a (early-stopped on a
+    held-out fifth of them); warm-start DPG spends a `warm_share` of its updates on SFT on accepted samples of the
+    prompted model, the rest on DPG from there. `which` names the methods to train; each has its own generator,
+    seeded from `gen`, so a method's result does not depend on which others are trained."""
+    seeds = {n: int(torch.randint(2**31 - 1, (1,), generator=gen)) for n in ("SFT", "DPG", "warm-start DPG")}
+    g = {n: torch.Generator().manual_seed(s) for n, s in seeds.items()}
+    out = {}
+    if "SFT" in which:
+        Ya = a.sample(updates * batch, g["SFT"])
+        acc = Ya[b(Ya)]
+        n_val = max(1, len(acc) // 5)
+        out["SFT"] = sft(a, acc[n_val:], steps=updates, lr=lr, batch_size=batch, val_samples=acc[:n_val],
+                         generator=g["SFT"])
+    if "DPG" in which:
+        out["DPG"] = dpg(a, a, b, budget=updates * batch, batch_size=batch, lr=lr, generator=g["DPG"])[0]
+    if "warm-start DPG" in which:
+        gw, n_w = g["warm-start DPG"], max(1, int(warm_share * updates))
+        Yp = prompted.sample(n_w * batch, gw)
+        m_w = sft(a, Yp[b(Yp)], steps=n_w, lr=lr, batch_size=batch, generator=gw)
+        out["warm-start DPG"] = dpg(m_w, a, b, budget=(updates - n_w) * batch, batch_size=batch, lr=lr, generator=gw)[0]
+    return out
+
+def part_b(V: int, T: int, p_target: float, corpus: int, prompt_boost: float, train_steps: int, embd: int,
+           updates: int, batch: int, lrs: tuple, seeds: tuple, warm_share: float, mc_a: int, mc_q: int, boosts: tuple,
+           guard_n: int, seed: int) -> dict:
+    """The learned toy: a tiny GPT-2 base trained on chain samples with and without an instruction; the learned prompt,
+    logit boosts (LogitsProcessor), and SFT, DPG and warm-start DPG at equal updates after the same learning-rate
+    sweep; exact values everywhere, Monte-Carlo estimates against them, GUARD runs."""
     gen = torch.Generator().manual_seed(seed + 11)
     chain = toy_base(V=V, T=T, p_target=p_target, seed=seed + 1)
     target = chain.target
     b = contains(target)
-    data = chain.sample(corpus, gen)
-    lm = CausalLMProposal(tiny_gpt2(V, T, n_embd=embd, seed=seed), V, T)
-    opt = torch.optim.Adam(lm.parameters(), lr=3e-3)
-    for _ in range(train_steps):
-        loss = -lm.log_prob(data[torch.randint(corpus, (256,), generator=gen)]).mean()
-        opt.zero_grad(); loss.backward(); opt.step()
-    for p in lm.parameters():
-        p.requires_grad_(False)
+    a, prompted, train_nll = prompted_gpt2(chain, logit_boost(chain, prompt_boost), V, T, corpus, train_steps, embd,
+                                           seed, gen)
     Y = all_sequences(V, T)
     ok, pos = b(Y), first_position(Y, target)
     with torch.no_grad():
-        lp_a = lm.log_prob(Y)
-    Ya = lm.sample(budget, gen)
-    acc = Ya[b(Ya)]
-    n_val = max(1, len(acc) // 5)
-    proposals = {"base a (GPT-2)": lm,
-                 "logit boost (LogitsProcessor)": CausalLMProposal(lm.model, V, T, [TokenBoost(target, boost)]),
-                 "SFT": sft(lm, acc[n_val:], steps=sft_steps, lr=sft_lr, val_samples=acc[:n_val], generator=gen),
-                 "DPG": dpg(lm, lm, b, budget=budget, batch_size=dpg_batch, lr=dpg_lr, generator=gen)[0]}
-    rows, mc, guard = [], [], []
-    Xa = lm.sample(mc_a, gen)                           # Monte-Carlo: samples of a (for Z and the g-samples)
+        lp_a = a.log_prob(Y)
+    ex = lambda name, m, **kw: _exact(name, lp_a, m, Y, ok, pos, T, **kw)
+    fixed = {"base a (GPT-2)": a, "learned prompt": prompted}
+    fixed |= {f"logit boost x{f:g}": CausalLMProposal(a.model, V, T, [TokenBoost(target, f)]) for f in boosts}
+    rows = [ex(n, q, strength=(float(n.split("x")[1]) if n.startswith("logit") else None),
+               family=("logit boost" if n.startswith("logit") else n)) for n, q in fixed.items()]
+    tune = {}
+    for lr in lrs:                        # the sweep, on a tuning seed of its own
+        g_t = torch.Generator().manual_seed(10_000 + seed)
+        for name, m in trained_b(a, prompted, b, updates, batch, lr, warm_share, g_t).items():
+            tune[name, lr] = ex(name, m, lr=lr, seed="tune")["kl_g_aprime"]
+    chosen = {n: min(lrs, key=lambda lr: tune[n, lr]) for n in ("SFT", "DPG", "warm-start DPG")}
+    models = {}
+    for s in seeds:
+        for lr in sorted(set(chosen.values())):
+            g_l = torch.Generator().manual_seed(1000 * seed + s)   # the same draws for a method whatever its rate
+            which = tuple(n for n in chosen if chosen[n] == lr)
+            for name, m in trained_b(a, prompted, b, updates, batch, lr, warm_share, g_l, which=which).items():
+                rows.append(ex(name, m, lr=lr, seed=s, family=name))
+                models[name, s] = m
+    mc, guard = [], []
+    Xa = a.sample(mc_a, gen)                           # Monte-Carlo: samples of a (for Z and the g-samples)
     ok_a = b(Xa)
-    for name, q in proposals.items():
-        rows.append(_exact(name, lp_a, q, Y, ok, pos, T, budget=budget if name in ("SFT", "DPG") else None))
+    s0 = seeds[0]
+    mid = f"logit boost x{boosts[len(boosts) // 2]:g}"
+    checked = {"base a (GPT-2)": a, "learned prompt": prompted, mid: fixed[mid],
+               "SFT": models["SFT", s0], "DPG": models["DPG", s0], "warm-start DPG": models["warm-start DPG", s0]}
+    exact_of = {r["name"]: r for r in rows if r.get("seed") in (None, s0)}
+    for name, q in checked.items():
         Xq = q.sample(mc_q, gen)
         ok_q = b(Xq)
         with torch.no_grad():
-            est = estimate_report(ok_a, ok_q, lm.log_prob(Xa[ok_a]), q.log_prob(Xa[ok_a]), lm.log_prob(Xq[ok_q]),
+            est = estimate_report(ok_a, ok_q, a.log_prob(Xa[ok_a]), q.log_prob(Xa[ok_a]), a.log_prob(Xq[ok_q]),
                                   q.log_prob(Xq[ok_q]), seed=seed)
         for k, v in est.items():
-            mc.append(dict(name=name, quantity=k, exact=rows[-1][k], **v, covered=v["lo"] <= rows[-1][k] <= v["hi"]))
-        guard.append(_guard_run(name, q, b, guard_n, rows[-1]["AR"], gen))
-    return dict(rows=rows, mc=mc, guard=guard, Z=rows[0]["Z"], final_train_nll=float(loss.detach()))
+            mc.append(dict(name=name, quantity=k, exact=exact_of[name][k], **v,
+                           covered=v["lo"] <= exact_of[name][k] <= v["hi"]))
+        guard.append(_guard_run(name, q, b, guard_n, exact_of[name]["AR"], gen))
+    return dict(rows=rows, mc=mc, guard=guard, Z=rows[0]["Z"], final_train_nll=train_nll, chosen_lr=chosen,
+                tune=[dict(name=n, lr=lr, kl_g_aprime=v) for (n, lr), v in tune.items()])
 
 # %% ../../nbs/guard/03_evaluation.ipynb #b65e9bec
+LEVEL = 0.95
+
 def _mean(rows, name, key, budget):
     v = [r[key] for r in rows if r["name"] == name and r.get("budget") == budget]
     return float(np.mean(v)) if v else float("nan")
 
-def make_claims(a: dict, b: dict | None, budgets: tuple, prompt_factor: float) -> list[dict]:
-    "C1, C2, C2b, C3 with verdicts computed by the rules stated at the top of the evaluation notebook."
-    guard = a["guard"] + (b["guard"] if b else [])
+def frontier_kl(points, ar: float) -> float:
+    """KL(g||g') of a fixed family at acceptance rate `ar`: linear in log AR between its strengths (sorted by AR),
+    inf beyond the largest AR it reaches. `points` are (AR, KL) pairs and should include strength 1, the base model
+    (AR = Z, KL = 0: GUARD with a itself returns g)."""
+    pts = sorted(points)
+    x, y = np.log([p[0] for p in pts]), np.array([p[1] for p in pts], dtype=float)
+    if math.log(ar) > x[-1] + 1e-12:
+        return math.inf
+    return float(np.interp(math.log(ar), x, y))
+
+def frontier_margins(trained: list[dict], families: dict, sft_rows: list[dict]) -> dict:
+    """Per seed, how much less distorted the trained proposal is than every fixed family at its own acceptance rate
+    and than SFT (paired by seed): min over competitors of KL(competitor) - KL(proposal)."""
+    sft_kl = {r["seed"]: r["kl_g_gprime"] for r in sft_rows}
+    per_seed, detail = [], []
+    for r in trained:
+        against = {f: frontier_kl(pts, r["AR"]) - r["kl_g_gprime"] for f, pts in families.items()}
+        against["SFT"] = sft_kl[r["seed"]] - r["kl_g_gprime"]
+        per_seed.append(min(against.values()))
+        detail.append(dict(seed=r["seed"], AR=r["AR"], kl=r["kl_g_gprime"], **against))
+    return {"margins": per_seed, "detail": detail}
+
+CANNOT_REACH = 10.0   # the margin over a competitor that cannot reach the proposal's AR (any KL here is far below)
+
+def _interval(x, of):
+    return mean_interval(np.minimum(np.asarray(x, dtype=float), CANNOT_REACH), level=LEVEL,
+                         of=of + f" (a competitor that cannot reach that AR counts as {CANNOT_REACH:g})")
+
+def part_margins(rows: list[dict], Z: float, names: tuple, families: dict, budget=None) -> dict:
+    "For the better of DPG and warm-start DPG (lower mean KL(g||a')): AR over Z per seed and the frontier margins."
+    pick = lambda n: [r for r in rows if r["name"] == n and r.get("budget") == budget and r.get("seed") != "tune"]
+    best = min(names, key=lambda n: float(np.mean([r["kl_g_aprime"] for r in pick(n)])))
+    m = frontier_margins(pick(best), families, pick("SFT"))
+    return dict(best=best, ar_over_z=[r["AR"] / Z for r in pick(best)], **m)
+
+def make_claims(a: dict, b: dict) -> list[dict]:
+    "The checks and claims, with verdicts computed by the rules stated at the top of the evaluation notebook."
+    guard = a["guard"] + b["guard"]
     total = sum(g["outputs"] for g in guard)
     viol = sum(g["violations"] for g in guard)
-    ar_ok = all(abs(g["z"]) <= 3 for g in guard)
-    claims = [check("C1-guarantee", "GUARD's outputs always satisfy the constraint; its acceptance rate is AR(a').",
+    claims = [check("C1-guarantee", "GUARD's outputs always satisfy the constraint.",
                     "share of GUARD outputs satisfying the constraint (%), all proposals, both parts",
-                    ours=100 * (total - viol) / total, passed=viol == 0 and ar_ok,
+                    ours=100 * (total - viol) / total, passed=viol == 0,
                     rule="no output violates the constraint (a guarantee by construction: the sampler filters with the "
-                         "same b that counts violations) and every empirical acceptance rate is within 3 standard "
-                         "errors of the exact AR",
-                    note=f"{total} outputs, {viol} violations; largest |z| of the acceptance rates: "
-                         f"{max(abs(g['z']) for g in guard):.2f}; the paper's guarantee is 100%")]
-    rows, B, Z = a["rows"], max(budgets), a["Z"]
-    kl_ga = {n: _mean(rows, n, "kl_g_aprime", B) for n in ("SFT", "DPG", "warm-start DPG")}
-    best = min(("DPG", "warm-start DPG"), key=kl_ga.get)
-    ar_best, kl_best = _mean(rows, best, "AR", B), _mean(rows, best, "kl_g_gprime", B)
-    strong = [r["kl_g_gprime"] for r in rows if r["name"] == "prompting" and r["AR"] >= 10 * Z]
-    kl_prompt = min(strong) if strong else float("inf")
-    kl_sft = _mean(rows, "SFT", "kl_g_gprime", B)
-    big_ar, low_kl = ar_best >= 10 * Z, kl_best < min(kl_prompt, kl_sft)
-    claims.append(claim("C2-dpg", "DPG-based proposals raise the acceptance rate by a large factor while keeping "
-                        "KL(g||g') far below prompting and SFT at equal budget.",
-                        f"KL(g||g') of the better DPG-based proposal ({best}), {B:,} samples, mean over seeds "
-                        "(baseline: the lower of SFT and the best prompting strength with AR >= 10 Z)", paper=None, ours=kl_best,
-                        baseline=min(kl_prompt, kl_sft), rule="reproduced if its AR >= 10 Z and its KL(g||g') is below "
-                        "SFT's and that of every prompting strength that also reaches AR >= 10 Z; partial if one of the two",
-                        reproduced=big_ar and low_kl, partial=big_ar or low_kl,
-                        note=f"AR {ar_best:.3f} = {ar_best / Z:.0f} x Z (Z = {Z:.4f}); KL(g||g'): {best} {kl_best:.3f}, "
-                             f"SFT {kl_sft:.3f}, prompting with AR >= 10 Z: >= {kl_prompt:.3f}"
-                             + (f"; Part B (GPT-2): DPG vs SFT KL(g||g') {b['rows'][3]['kl_g_gprime']:.3f} vs "
-                                f"{b['rows'][2]['kl_g_gprime']:.3f}, AR {b['rows'][3]['AR']:.3f} vs "
-                                f"{b['rows'][2]['AR']:.3f}" if b else "")
-                             + "; the paper gives this comparison in figures (AR against KL for gemma-2b), not as one number"))
-    order = sorted(kl_ga, key=kl_ga.get)
-    claims.append(claim("C2b-warm-start", "Warm-start DPG (prompted SFT, then DPG) is the best proposal.",
-                        f"KL(g||a') of warm-start DPG, {B:,} samples (baseline: the best other trained proposal)",
-                        paper=None, ours=kl_ga["warm-start DPG"], baseline=min(v for k, v in kl_ga.items()
-                                                                              if k != "warm-start DPG"),
-                        rule="reproduced if warm-start DPG has the lowest mean KL(g||a') of SFT, DPG and warm-start DPG",
-                        reproduced=order[0] == "warm-start DPG",
-                        note="mean KL(g||a'): " + ", ".join(f"{k} {v:.3f}" for k, v in kl_ga.items())))
-    def pos_tv(r):
-        return 0.5 * float(np.abs(np.array(r["pos_g"]) - np.array(r["pos_gprime"])).sum())
-    tv_prompt = pos_tv(next(r for r in rows if r["name"] == "prompting" and r["strength"] == prompt_factor))
-    tv_best = float(np.mean([pos_tv(r) for r in rows if r["name"] == best and r["budget"] == B]))
-    claims.append(claim("C3-position", "Prompting distorts where the constrained token appears.",
-                        "total variation between the first-position distributions of the token under g' and g "
-                        f"(prompting analogue x{prompt_factor:g}; baseline: {best})", paper=None, ours=tv_prompt,
-                        baseline=tv_best, rule="partial if >= 0.2 and at least 3 times the DPG-based proposal's; never "
-                        "reproduced here (the analogue acts early by construction)",
-                        reproduced=False, partial=tv_prompt >= 0.2 and tv_prompt >= 3 * tv_best,
-                        note="the paper shows position histograms of 'amazing' (prompted samples put it early); "
-                             "our prompting is an analogue built to act early, so this checks the mechanism, "
-                             "not that real prompts behave this way"))
+                         "same b that counts violations)", note=f"{total} outputs, {viol} violations"),
+              check("C1b-cost", "GUARD's cost is 1/AR(a') proposal draws per output.",
+                    "largest |z| of the empirical acceptance rates against the exact AR, all GUARD runs",
+                    ours=max(abs(g["z"]) for g in guard), passed=all(abs(g["z"]) <= 4 for g in guard),
+                    rule="every empirical acceptance rate within 4 standard errors of the exact AR(a')")]
+    B = max(r["budget"] for r in a["rows"] if r.get("budget") is not None)
+    fam_a = {f: [(a["Z"], 0.0)] + [(r["AR"], r["kl_g_gprime"]) for r in a["rows"] if r["name"] == f]
+             for f in ("prompting", "logit boost")}
+    fam_b = {"learned prompt": [(b["Z"], 0.0)] + [(r["AR"], r["kl_g_gprime"]) for r in b["rows"] if r["name"] == "learned prompt"],
+             "logit boost": [(b["Z"], 0.0)] + [(r["AR"], r["kl_g_gprime"]) for r in b["rows"] if r.get("family") == "logit boost"]}
+    pa = part_margins(a["rows"], a["Z"], ("DPG", "warm-start DPG"), fam_a, budget=B)
+    pb = part_margins(b["rows"], b["Z"], ("DPG", "warm-start DPG"), fam_b)
+    ia = _interval(pa["margins"], f"Part A: KL(g||g') of the best competitor at {pa['best']}'s AR minus {pa['best']}'s, "
+                                  f"over {len(pa['margins'])} seeds")
+    ib = _interval(pb["margins"], f"Part B: the same for {pb['best']}, over {len(pb['margins'])} seeds")
+    ok = {p: iv["lo"] > 0 and min(part["ar_over_z"]) >= 10 for p, iv, part in (("A", ia, pa), ("B", ib, pb))}
+    binding = min((ia, ib), key=lambda iv: iv["lo"])
+    fmt_detail = lambda part: "; ".join(
+        f"seed {d['seed']}: AR {d['AR']:.3f}, KL {d['kl']:.3f}, margins " + ", ".join(
+            f"{k} {v:+.3f}" if math.isfinite(v) else f"{k} cannot reach" for k, v in d.items()
+            if k not in ("seed", "AR", "kl")) for d in part["detail"])
+    claims.append(claim(
+        "C2-dpg", "DPG-based proposals raise the acceptance rate by a large factor while distorting less than every "
+        "fixed proposal (prompting, a logit boost) at the same acceptance rate, and less than SFT at equal budget.",
+        "KL(g||g') margin of the better DPG-based proposal over its best competitor at its own AR, in the part whose "
+        "interval has the lower bound", paper=None, ours=binding["estimate"],
+        interval=binding, reproduced=ok["A"] and ok["B"], partial=ok["A"] or ok["B"],
+        rule="in each part, per seed: the better DPG-based proposal's AR is at least 10 Z, and the margin (the lowest "
+             "KL(g||g') any competitor has at that AR, interpolated along each fixed family's strengths from the base "
+             "model, or SFT's at the same budget and seed, minus the proposal's) has its 95% interval above 0; "
+             "reproduced if both parts agree, partial if one part holds",
+        note=f"Part A ({pa['best']}, {B:,} samples): {fmt_detail(pa)}. Part B ({pb['best']}): {fmt_detail(pb)}"))
+    def warm_diff(rows, budget=None):
+        pick = lambda n: {r["seed"]: r["kl_g_aprime"] for r in rows if r["name"] == n and r.get("budget") == budget
+                          and r.get("seed") != "tune"}
+        w, d = pick("warm-start DPG"), pick("DPG")
+        return paired_interval([w[s] for s in sorted(w)], [d[s] for s in sorted(w)], level=LEVEL,
+                               of="KL(g||a') of warm-start DPG minus DPG's, paired over seeds")
+    wa, wb = warm_diff(a["rows"], B), warm_diff(b["rows"])
+    below = {"A": wa["hi"] < 0, "B": wb["hi"] < 0}
+    claims.append(claim(
+        "C2b-warm-start", "Warm-start DPG (prompted SFT, then DPG) is a better proposal than DPG from the base model.",
+        "KL(g||a') of warm-start DPG minus DPG's (Part A, largest budget)", paper=None, ours=wa["estimate"],
+        baseline=0.0, interval=min((wa, wb), key=lambda iv: -iv["hi"]), reproduced=below["A"] and below["B"],
+        partial=below["A"] or below["B"],
+        rule="reproduced if in both parts the 95% interval of warm-start DPG's KL(g||a') minus DPG's, paired over "
+             "seeds, lies below 0; partial if in one part",
+        note=f"Part A: {wa['estimate']:+.3f} [{wa['lo']:+.3f}, {wa['hi']:+.3f}]; Part B: {wb['estimate']:+.3f} "
+             f"[{wb['lo']:+.3f}, {wb['hi']:+.3f}]"))
+    pos_tv = lambda r: 0.5 * float(np.abs(np.array(r["pos_g"]) - np.array(r["pos_gprime"])).sum())
+    tv_prompt = pos_tv(next(r for r in b["rows"] if r["name"] == "learned prompt"))
+    tv_dpg = {r["seed"]: pos_tv(r) for r in b["rows"] if r["name"] == pb["best"] and r.get("seed") != "tune"}
+    iv = paired_interval([tv_prompt] * len(tv_dpg), [tv_dpg[s] for s in sorted(tv_dpg)], level=LEVEL,
+                         of=f"positional TV of the learned prompt minus {pb['best']}'s, over seeds")
+    claims.append(claim(
+        "C3-position", "Prompting distorts where the constrained token appears, more than a DPG-trained proposal.",
+        "total variation between the first-position distributions of the token under g' and g: the learned prompt "
+        f"(Part B), against {pb['best']}", paper=None, ours=tv_prompt, baseline=float(np.mean(list(tv_dpg.values()))),
+        interval=iv, **decide(iv),
+        rule="reproduced if the 95% interval of the learned prompt's positional TV minus the DPG-based proposal's, "
+             "over seeds, lies above 0; partial if its mean is above 0",
+        note="the learned prompt is the GPT-2 prompted with the instruction id it was trained with; the positional "
+             "analogue of Part A acts early by construction and is not used for this claim"))
     return claims
 
 def run(cfg: Config) -> dict:
@@ -238,12 +354,12 @@ def run(cfg: Config) -> dict:
               warm_share=cfg.warm_share, warm_steps=cfg.warm_steps, prompt_factors=tuple(cfg.prompt_factors),
               boost_factors=tuple(cfg.boost_factors), prompt_factor=cfg.prompt_factor, guard_n=cfg.guard_n,
               seed=cfg.seed)
-    jb = dict(V=cfg.b_V, T=cfg.b_T, p_target=cfg.b_p_target, corpus=cfg.b_corpus, train_steps=cfg.b_train_steps,
-              embd=cfg.b_embd, budget=cfg.b_budget, mc_a=cfg.b_mc_a, mc_q=cfg.b_mc_q, boost=cfg.b_boost,
-              guard_n=cfg.guard_n, sft_lr=cfg.b_sft_lr, sft_steps=cfg.sft_steps, dpg_lr=cfg.b_dpg_lr,
-              dpg_batch=cfg.dpg_batch, seed=cfg.seed)
+    jb = dict(V=cfg.b_V, T=cfg.b_T, p_target=cfg.b_p_target, corpus=cfg.b_corpus, prompt_boost=cfg.b_prompt_boost,
+              train_steps=cfg.b_train_steps, embd=cfg.b_embd, updates=cfg.b_updates, batch=cfg.b_batch,
+              lrs=tuple(cfg.b_lrs), seeds=tuple(cfg.b_seeds), warm_share=cfg.warm_share, mc_a=cfg.b_mc_a,
+              mc_q=cfg.b_mc_q, boosts=tuple(cfg.b_boosts), guard_n=cfg.guard_n, seed=cfg.seed)
     res_b, res_a = map_jobs(_job, [dict(part="b", kwargs=jb), dict(part="a", kwargs=ja)], cfg.n_workers, desc="parts")
-    return {"a": res_a, "b": res_b, "claims": make_claims(res_a, res_b, tuple(cfg.budgets), cfg.prompt_factor),
+    return {"a": res_a, "b": res_b, "claims": make_claims(res_a, res_b),
             "seeds": [cfg.seed + s for s in cfg.seeds], "rows": res_a["rows"] + res_b["rows"],
             "device": workers_device("cpu", cfg.n_workers)}
 
@@ -251,3 +367,18 @@ def _job(part: str, kwargs: dict) -> dict:
     "One part on one thread (the caller's thread count is restored)."
     with one_thread():
         return part_a(**kwargs) if part == "a" else part_b(**kwargs)
+
+def plan(cfg: Config) -> list[dict]:
+    "The phases of a run and their work."
+    nb = len(cfg.b_boosts) + 2
+    return [dict(phase="Part A, exact toy", sequences=cfg.V ** cfg.T, fixed_proposals=len(cfg.prompt_factors) +
+                 len(cfg.boost_factors) + 3, trained=f"SFT, DPG, warm-start DPG x {len(cfg.budgets)} budgets x "
+                 f"{len(cfg.seeds)} seeds", samples_per_trained=", ".join(f"{b:,}" for b in cfg.budgets),
+                 guard_outputs=6 * cfg.guard_n),
+            dict(phase="Part B, GPT-2 base with an instruction id", corpus=cfg.b_corpus, train_steps=cfg.b_train_steps,
+                 width=cfg.b_embd, sequences=cfg.b_V ** cfg.b_T),
+            dict(phase="Part B, learning-rate sweep (tuning seed)", lrs=", ".join(map(str, cfg.b_lrs)),
+                 runs=3 * len(cfg.b_lrs), updates_each=cfg.b_updates, batch=cfg.b_batch),
+            dict(phase="Part B, evaluation", seeds=len(cfg.b_seeds), fixed_proposals=nb, trained_per_seed=3,
+                 updates_each=cfg.b_updates, mc_samples=f"{cfg.b_mc_a:,} of a, {cfg.b_mc_q:,} per proposal",
+                 guard_outputs=6 * cfg.guard_n)]

@@ -144,13 +144,17 @@ class TokenBoost(SequenceBiasLogitsProcessor):
         super().__init__([[[self.token], self.log_factor]])
 
 class CausalLMProposal(torch.nn.Module):
-    "A transformers causal LM over tokens 0..V-1 (BOS id V) with exact log_prob and reproducible sampling."
-    def __init__(self, model, V: int, T: int, processors=()):
+    """A transformers causal LM over tokens 0..V-1 with exact log_prob and reproducible sampling. Every sequence starts
+    from the context token `prefix` (default V, the BOS id; another id, e.g. an instruction token V + 1, prompts)."""
+    def __init__(self, model, V: int, T: int, processors=(), prefix: int | None = None):
         super().__init__()
         n_vocab = model.get_output_embeddings().weight.shape[0]
-        if n_vocab < V + 1:
-            raise ValueError(f"the model's vocabulary ({n_vocab}) must hold the V = {V} tokens and a BOS id {V}")
-        self.model, self.V, self.T, self.processors = model, V, T, list(processors)
+        prefix = V if prefix is None else int(prefix)
+        if prefix < V:
+            raise ValueError(f"the prefix must be a context id (>= V = {V}), not one of the V tokens, got {prefix}")
+        if n_vocab < prefix + 1:
+            raise ValueError(f"the model's vocabulary ({n_vocab}) must hold the V = {V} tokens and the prefix id {prefix}")
+        self.model, self.V, self.T, self.processors, self.prefix = model, V, T, list(processors), prefix
         params = inspect.signature(model.forward).parameters
         self._cache_kw = "cache" if "cache" in params else "past_key_values"   # transformers >= 5.2x renamed it
 
@@ -166,7 +170,7 @@ class CausalLMProposal(torch.nn.Module):
         out = []
         for i in range(0, len(Y), batch_size):
             y = Y[i:i + batch_size]
-            ids = torch.cat([torch.full((len(y), 1), self.V, dtype=torch.long), y[:, :-1]], dim=1)
+            ids = torch.cat([torch.full((len(y), 1), self.prefix, dtype=torch.long), y[:, :-1]], dim=1)
             out.append(self._logp_next(ids).gather(2, y.unsqueeze(2)).squeeze(2).sum(1))
         return torch.cat(out)
 
@@ -175,7 +179,7 @@ class CausalLMProposal(torch.nn.Module):
         "n sequences by ancestral sampling, one token at a time with the model's key-value cache, in batches."
         if n > batch_size:
             return torch.cat([self.sample(min(batch_size, n - i), generator, batch_size) for i in range(0, n, batch_size)])
-        ids = torch.full((n, 1), self.V, dtype=torch.long)
+        ids = torch.full((n, 1), self.prefix, dtype=torch.long)
         past = None
         for _ in range(self.T):
             out = self.model(input_ids=ids[:, -1:], use_cache=True, **({self._cache_kw: past} if past is not None else {}))
@@ -187,10 +191,11 @@ class CausalLMProposal(torch.nn.Module):
             ids = torch.cat([ids, torch.multinomial(p, 1, generator=generator)], dim=1)
         return ids[:, 1:]
 
-def tiny_gpt2(V: int, T: int, n_embd: int = 32, n_layer: int = 2, n_head: int = 2, seed: int = 0):
-    "A GPT-2 from a config (vocabulary V + 1 with BOS = V, context T + 1), randomly initialised; no download."
+def tiny_gpt2(V: int, T: int, n_embd: int = 32, n_layer: int = 2, n_head: int = 2, seed: int = 0, n_context: int = 1):
+    """A GPT-2 from a config (vocabulary V + n_context: the V tokens, BOS = V and further context ids, e.g. an
+    instruction V + 1; context T + 1), randomly initialised; no download."""
     from transformers import GPT2Config, GPT2LMHeadModel
-    cfg = GPT2Config(vocab_size=V + 1, n_positions=T + 1, n_embd=n_embd, n_layer=n_layer, n_head=n_head,
+    cfg = GPT2Config(vocab_size=V + n_context, n_positions=T + 1, n_embd=n_embd, n_layer=n_layer, n_head=n_head,
                      bos_token_id=V, eos_token_id=V, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
     with torch.random.fork_rng():                         # seeded initialisation without touching the caller's state
         torch.manual_seed(seed)
