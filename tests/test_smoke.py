@@ -16,10 +16,7 @@ from iclr25_repro.core import cli
 LONG = {
     "longhorn": "the full preset's models at 128 wide evaluated at length 256 by the chunked scan on a CPU: about 25 s",
 }
-SLOW = {
-    "guard": "the full preset's Part B enumerates all 8^6 sequences exactly through GPT-2 (about 230 s on 2 cores); "
-             "the revision of this chapter (#31) replaces that preset",
-}
+SLOW = {}
 
 
 def chapters_with_experiments():

