@@ -260,13 +260,16 @@ def test_learned_prompt_is_a_proper_distribution_with_its_own_context():
         CausalLMProposal(tiny_gpt2(3, 3), 3, 3, prefix=4)
 
 
-def test_frontier_interpolates_in_log_ar_and_stops_at_its_reach():
-    pts = [(0.01, 0.0), (0.1, 0.5), (1.0, 2.0)]
-    assert experiment.frontier_kl(pts, 0.1) == pytest.approx(0.5)
-    assert experiment.frontier_kl(pts, math.sqrt(0.1)) == pytest.approx(1.25)    # halfway in log AR
-    assert experiment.frontier_kl(pts[:2], 0.5) == math.inf                     # beyond the family's reach
-    m = experiment.frontier_margins([dict(seed=0, AR=0.1, kl_g_gprime=0.2)], {"f": pts}, [dict(seed=0, kl_g_gprime=0.3)])
-    assert m["margins"] == [pytest.approx(0.1)] and m["detail"][0]["f"] == pytest.approx(0.3)
+def test_matched_point_bisects_to_the_target_and_bounds_out_of_reach():
+    "On a family with AR = f / (f + 9) and KL = log f: bisection finds the strength whose AR is the target."
+    ev = lambda f: (f / (f + 9), math.log(f))
+    grid = [(f, *ev(f)) for f in (1.0, 4.0, 16.0, 64.0)]
+    p = experiment.matched_point(ev, 0.5, grid, iters=20)          # AR 0.5 at f = 9: KL log 9
+    assert p["reached"] and p["kl"] == pytest.approx(math.log(9), abs=1e-4)
+    out = experiment.matched_point(ev, 0.99, grid)                 # beyond f = 64: its KL, flagged
+    assert not out["reached"] and out["kl"] == pytest.approx(math.log(64))
+    g = experiment.grid_point(grid, 0.5)                            # on the grid only: between f = 4 and 16
+    assert g["reached"] and math.log(4) < g["kl"] < math.log(16)
 
 
 def _tiny_llama(vocab: int = 12, seed: int = 0):
@@ -305,16 +308,16 @@ def test_text_proposal_is_exact_and_lora_starts_equal():
 
 def test_real_model_claim_rule_at_its_boundaries():
     def c(dpg_ar, dpg_kl, prompt=(0.5, 1.0)):
-        rows = [dict(name="prompting", family="prompting", AR=prompt[0], kl_g_gprime=prompt[1]),
-                dict(name="logit boost x4", family="logit boost", AR=0.2, kl_g_gprime=0.3),
-                dict(name="logit boost x64", family="logit boost", AR=0.9, kl_g_gprime=2.0)]
+        rows = [dict(name="prompting", family="prompting + boost", strength=1.0, AR=prompt[0], kl_g_gprime=prompt[1]),
+                dict(name="logit boost x4", family="logit boost", strength=4.0, AR=0.2, kl_g_gprime=0.3),
+                dict(name="logit boost x64", family="logit boost", strength=64.0, AR=0.9, kl_g_gprime=2.0)]
         rows += [dict(name="DPG (LoRA)", family="DPG (LoRA)", seed=s, AR=dpg_ar, kl_g_gprime=k) for s, k in enumerate(dpg_kl)]
         return experiment.real_model_claim(dict(rows=rows, Z=0.02, n_g=100))
     assert experiment.real_model_claim(None)["verdict"] == "not_run"
-    good = c(0.8, [0.2, 0.25, 0.3])       # boost frontier at AR 0.8 is about 1.8; prompting does not reach 0.8
+    good = c(0.8, [0.2, 0.25, 0.3])       # boost at AR 0.8 about 1.87; prompting cannot reach 0.8: its 1.0 bounds it
     assert good["verdict"] == "reproduced" and good["interval"]["lo"] > 0
-    assert c(0.15, [0.2, 0.25, 0.3])["verdict"] == "partial"           # AR below 10 Z = 0.2 on every seed
-    assert c(0.4, [0.9, 1.1, 1.3], prompt=(0.5, 1.0))["verdict"] == "not_reproduced"   # prompting reaches it, less distorted
+    assert c(0.15, [0.2, 0.25, 0.3])["verdict"] == "partial"           # AR below min(10 Z, 0.5) = 0.2, margin mean > 0
+    assert c(0.4, [0.9, 1.1, 1.3], prompt=(0.5, 1.0))["verdict"] == "not_reproduced"   # competitors near 1.0: mean < 0
 
 
 def test_full_preset_smoke_and_plan():

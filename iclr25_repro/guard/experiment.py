@@ -21,9 +21,8 @@ from .model import (CausalLMProposal, TokenBoost, all_sequences, contains, dpg, 
 from transformers import SequenceBiasLogitsProcessor
 
 # %% auto #0
-__all__ = ['PAPER', 'MAX_GUARD_DRAWS', 'LEVEL', 'CANNOT_REACH', 'Config', 'part_a', 'prompted_gpt2', 'trained_b', 'part_b',
-           'part_c', 'frontier_kl', 'frontier_margins', 'part_margins', 'make_claims', 'real_model_claim', 'run',
-           'plan']
+__all__ = ['PAPER', 'MAX_GUARD_DRAWS', 'LEVEL', 'Config', 'matched_point', 'part_a', 'prompted_gpt2', 'trained_b', 'part_b',
+           'part_c', 'frontier_kl', 'part_margins', 'make_claims', 'grid_point', 'real_model_claim', 'run', 'plan']
 
 # %% ../../nbs/guard/03_evaluation.ipynb #f20a16a8
 @dataclass
@@ -53,7 +52,7 @@ class Config(ScaledConfig):
     b_embd: int = 32
     b_updates: int = 100                  # gradient updates of every trained proposal in Part B
     b_batch: int = 200                    # samples per update (DPG's budget: b_updates * b_batch)
-    b_lrs: tuple = (3e-4, 1e-3, 3e-3)     # the same sweep for SFT, DPG and warm-start DPG, on a tuning seed
+    b_lrs: tuple = (3e-4, 1e-3, 3e-3, 1e-2)   # the same sweep for SFT, DPG and warm-start DPG, on a tuning seed
     b_seeds: tuple = (0, 1, 2)            # evaluation seeds at the chosen learning rates
     b_mc_a: int = 10_000                  # samples of a for the Monte-Carlo estimates
     b_mc_q: int = 4_000                   # samples of each proposal
@@ -63,7 +62,8 @@ class Config(ScaledConfig):
     c_message: str = "Describe your last vacation in one sentence."
     c_instruction: str = "Use the word 'amazing'."
     c_keyword: str = "amazing"
-    c_boosts: tuple = (2.0, 4.0, 8.0, 16.0, 64.0)
+    c_boosts: tuple = (2.0, 4.0, 8.0, 16.0, 64.0, 256.0, 1024.0)
+    c_prompt_boosts: tuple = (4.0, 16.0, 64.0, 256.0)
     c_n_base: int = 20_000                # samples of a (Z and the g-samples)
     c_n_prop: int = 2_000                 # samples of each proposal
     c_updates: int = 150                  # DPG updates of the LoRA adapter, per seed
@@ -79,8 +79,8 @@ class Config(ScaledConfig):
                      b_lrs=(1e-3,), b_seeds=(0, 1), b_mc_a=2000, b_mc_q=500, b_boosts=(4.0,), n_workers=1),
         "ci": {},
         "full": dict(budgets=(20_000, 50_000, 200_000, 1_000_000), seeds=(0, 1, 2, 3, 4), guard_n=10_000,
-                     b_V=8, b_T=6, b_corpus=200_000, b_train_steps=2000, b_embd=64, b_updates=1000, b_batch=500,
-                     b_seeds=(0, 1, 2, 3, 4), b_mc_a=1_000_000, b_mc_q=100_000, c_run=True),
+                     b_corpus=100_000, b_train_steps=1000, b_embd=64, b_updates=200, b_seeds=(0, 1, 2, 3, 4),
+                     b_mc_a=1_000_000, b_mc_q=100_000, c_run=True),
     }
     SMOKE: ClassVar[dict] = {k: (lambda cap: lambda v: min(v, cap))(cap) for k, cap in dict(
         sft_steps=2, warm_steps=2, guard_n=20, b_corpus=1000, b_train_steps=2, b_updates=3, b_mc_a=1000,
@@ -100,7 +100,10 @@ MAX_GUARD_DRAWS = 200_000   # a proposal with a tiny AR (a collapsed one) gets f
 
 def _guard_run(name: str, model, b, n: int, exact_ar: float, gen) -> dict:
     "n GUARD outputs (fewer if 1/AR draws each would pass MAX_GUARD_DRAWS): violations, acceptance rate, its z-score."
-    n = max(1, min(n, int(0.5 * MAX_GUARD_DRAWS * exact_ar)))
+    n = min(n, int(0.5 * MAX_GUARD_DRAWS * exact_ar))
+    if n < 1:                  # not even one output within the draws: a collapsed proposal, recorded as skipped
+        return dict(name=name, outputs=0, violations=0, tries=0, empirical_ar=float("nan"), exact_ar=exact_ar, z=0.0,
+                    skipped=True)
     max_tries = int(20 * n / max(exact_ar, 1e-6)) + 10_000
     batch = min(max_tries, max(1000, int(1.5 * n / max(exact_ar, 1e-6))))     # usually one batch suffices
     Y, st = guard_sample(model, b, n, max_tries=max_tries, batch_size=batch, generator=gen)
@@ -108,6 +111,32 @@ def _guard_run(name: str, model, b, n: int, exact_ar: float, gen) -> dict:
     z = (st.acceptance_rate - exact_ar) / se if se > 0 else (0.0 if st.acceptance_rate == exact_ar else float("inf"))
     return dict(name=name, outputs=len(Y), violations=int((~b(Y)).sum()), tries=st.tries,
                 empirical_ar=st.acceptance_rate, exact_ar=exact_ar, z=z)
+
+def matched_point(evaluate, target_ar: float, grid: list[tuple[float, float, float]], iters: int = 6) -> dict:
+    """The member of a fixed family (one strength parameter, the acceptance rate rising with it) whose AR equals
+    `target_ar`, by bisection in log strength between the grid points that bracket it; `evaluate(f)` returns the exact
+    (AR, KL(g||g')) at strength f and `grid` holds (strength, AR, KL) points already computed. Beyond the family's
+    strongest point the target is out of reach: that point's KL is returned, flagged, as a lower bound (along the
+    family KL grows with AR). Below its weakest point, that point's KL (the family cannot go weaker)."""
+    grid = sorted(grid)
+    if target_ar >= grid[-1][1]:
+        return dict(kl=grid[-1][2], ar=grid[-1][1], strength=grid[-1][0], reached=target_ar == grid[-1][1])
+    if target_ar <= grid[0][1]:
+        return dict(kl=grid[0][2], ar=grid[0][1], strength=grid[0][0], reached=target_ar == grid[0][1])
+    i = max(k for k in range(len(grid) - 1) if grid[k][1] <= target_ar)
+    lo, hi = math.log(grid[i][0]), math.log(grid[i + 1][0])
+    for _ in range(iters):
+        mid = 0.5 * (lo + hi)
+        ar, _ = evaluate(math.exp(mid))
+        lo, hi = (mid, hi) if ar < target_ar else (lo, mid)
+    ar, kl = evaluate(math.exp(0.5 * (lo + hi)))
+    return dict(kl=kl, ar=ar, strength=math.exp(0.5 * (lo + hi)), reached=True)
+
+def _attach_frontiers(rows: list[dict], families: dict, names=("DPG", "warm-start DPG"), budget=None) -> None:
+    "For every trained row of `names` (at `budget`), each family's matched point at its AR, in row['frontier']."
+    for r in rows:
+        if r["name"] in names and r.get("budget") == budget and r.get("seed") != "tune":
+            r["frontier"] = {f: matched_point(ev, r["AR"], grid) for f, (ev, grid) in families.items()}
 
 def part_a(V: int, T: int, p_target: float, budgets: tuple, seeds: tuple, dpg_lr: float, dpg_batch: int, sft_lr: float,
            sft_steps: int, warm_share: float, warm_steps: int, prompt_factors: tuple, boost_factors: tuple,
@@ -124,23 +153,40 @@ def part_a(V: int, T: int, p_target: float, budgets: tuple, seeds: tuple, dpg_lr
     rows += [ex("prompting", prompt_analogue(a, f), strength=f) for f in prompt_factors]
     rows += [ex("logit boost", logit_boost(a, f), strength=f) for f in boost_factors]
     trained = {}
-    for budget in budgets:
-        for s in seeds:
-            gen = torch.Generator().manual_seed(1000 * seed + s)
-            Ya = a.sample(budget, gen)
-            acc = Ya[b(Ya)]
-            n_val = max(1, len(acc) // 5)
-            m_sft = sft(a, acc[n_val:], steps=sft_steps, lr=sft_lr, val_samples=acc[:n_val], generator=gen)
-            m_dpg, log = dpg(a, a, b, budget=budget, batch_size=dpg_batch, lr=dpg_lr, generator=gen)
-            n_warm = int(warm_share * budget)
-            Yc = prompt_analogue(a, prompt_factor).sample(n_warm, gen)
-            m_w = sft(a, Yc[b(Yc)], steps=warm_steps, lr=sft_lr, generator=gen)
-            m_wdpg, wlog = dpg(m_w, a, b, budget=budget - n_warm, batch_size=dpg_batch, lr=dpg_lr, generator=gen)
-            used = {"SFT": dict(samples_used=budget, sft_train=len(acc) - n_val, sft_val=n_val),
-                    "DPG": dict(samples_used=log.samples), "warm-start DPG": dict(samples_used=n_warm + wlog.samples)}
-            for name, m in [("SFT", m_sft), ("DPG", m_dpg), ("warm-start DPG", m_wdpg)]:
-                rows.append(ex(name, m, budget=budget, seed=s, **used[name]))
-                trained[name, budget, s] = m
+    for budget, s in [(b_, s_) for b_ in budgets for s_ in seeds] + [(max(budgets), "tune")]:
+        gen = torch.Generator().manual_seed(1000 * seed + s if s != "tune" else 10_000 + seed)
+        Ya = a.sample(budget, gen)
+        acc = Ya[b(Ya)]
+        n_val = max(1, len(acc) // 5)
+        m_sft = sft(a, acc[n_val:], steps=sft_steps, lr=sft_lr, val_samples=acc[:n_val], generator=gen)
+        m_dpg, log = dpg(a, a, b, budget=budget, batch_size=dpg_batch, lr=dpg_lr, generator=gen)
+        n_warm = int(warm_share * budget)
+        Yc = prompt_analogue(a, prompt_factor).sample(n_warm, gen)
+        m_w = sft(a, Yc[b(Yc)], steps=warm_steps, lr=sft_lr, generator=gen)
+        m_wdpg, wlog = dpg(m_w, a, b, budget=budget - n_warm, batch_size=dpg_batch, lr=dpg_lr, generator=gen)
+        used = {"SFT": dict(samples_used=budget, sft_train=len(acc) - n_val, sft_val=n_val),
+                "DPG": dict(samples_used=log.samples), "warm-start DPG": dict(samples_used=n_warm + wlog.samples)}
+        for name, m in [("SFT", m_sft), ("DPG", m_dpg), ("warm-start DPG", m_wdpg)]:
+            if s == "tune":              # the tuning seed only picks the DPG-based variant that the claims judge
+                trained[name, "tune"] = ex(name, m)["kl_g_aprime"]
+                continue
+            rows.append(ex(name, m, budget=budget, seed=s, **used[name]))
+            trained[name, budget, s] = m
+    best_variant = min(("DPG", "warm-start DPG"), key=lambda n: trained[n, "tune"])
+    def family(make):
+        def evaluate(f):
+            r = ex("", make(f))
+            return r["AR"], r["kl_g_gprime"]
+        return evaluate
+    Z = rows[0]["Z"]
+    families = {"logit boost": (family(lambda f: logit_boost(a, f)),
+                                [(1.0, Z, 0.0)] + [(r["strength"], r["AR"], r["kl_g_gprime"]) for r in rows
+                                                   if r["name"] == "logit boost"]),
+                "prompting": (family(lambda f: prompt_analogue(a, f)),
+                              [(1.0, Z, 0.0)] + [(r["strength"], r["AR"], r["kl_g_gprime"]) for r in rows
+                                                 if r["name"] == "prompting"])}
+    for budget in budgets:          # every budget: the claim reads the largest, the notes the others
+        _attach_frontiers(rows, families, budget=budget)
     gen = torch.Generator().manual_seed(seed + 7)
     largest, s0 = max(budgets), seeds[0]
     ar = {r["name"]: r["AR"] for r in rows if r.get("strength") in (None, prompt_factor) and r["name"] != "logit boost"
@@ -149,7 +195,8 @@ def part_a(V: int, T: int, p_target: float, budgets: tuple, seeds: tuple, dpg_lr
              _guard_run("prompting", prompt_analogue(a, prompt_factor), b, guard_n, ar["prompting"], gen),
              _guard_run("twisted (exact)", twisted_proposal(a), b, guard_n, ar["twisted (exact)"], gen)]
     guard += [_guard_run(n, trained[n, largest, s0], b, guard_n, ar[n], gen) for n in ("SFT", "DPG", "warm-start DPG")]
-    return dict(rows=rows, guard=guard, Z=rows[0]["Z"])
+    return dict(rows=rows, guard=guard, Z=rows[0]["Z"], best_variant=best_variant,
+                tune={n: trained[n, "tune"] for n in ("SFT", "DPG", "warm-start DPG")})
 
 def prompted_gpt2(chain, boosted, V: int, T: int, corpus: int, train_steps: int, embd: int, seed: int, gen):
     """A tiny GPT-2 trained from scratch on a corpus of two kinds of text: [BOS] + a sample of the chain, and
@@ -209,16 +256,18 @@ def part_b(V: int, T: int, p_target: float, corpus: int, prompt_boost: float, tr
     with torch.no_grad():
         lp_a = a.log_prob(Y)
     ex = lambda name, m, **kw: _exact(name, lp_a, m, Y, ok, pos, T, **kw)
-    fixed = {"base a (GPT-2)": a, "learned prompt": prompted}
-    fixed |= {f"logit boost x{f:g}": CausalLMProposal(a.model, V, T, [TokenBoost(target, f)]) for f in boosts}
-    rows = [ex(n, q, strength=(float(n.split("x")[1]) if n.startswith("logit") else None),
-               family=("logit boost" if n.startswith("logit") else n)) for n, q in fixed.items()]
+    boosted = lambda f, prefix=None: CausalLMProposal(a.model, V, T, [TokenBoost(target, f)], prefix=prefix)
+    fixed = {"base a (GPT-2)": (a, "base", None), "learned prompt": (prompted, "learned prompt + boost", 1.0)}
+    fixed |= {f"logit boost x{f:g}": (boosted(f), "logit boost", f) for f in boosts}
+    fixed |= {f"learned prompt + boost x{f:g}": (boosted(f, V + 1), "learned prompt + boost", f) for f in boosts}
+    rows = [ex(n, q, strength=f, family=fam) for n, (q, fam, f) in fixed.items()]
     tune = {}
     for lr in lrs:                        # the sweep, on a tuning seed of its own
         g_t = torch.Generator().manual_seed(10_000 + seed)
         for name, m in trained_b(a, prompted, b, updates, batch, lr, warm_share, g_t).items():
             tune[name, lr] = ex(name, m, lr=lr, seed="tune")["kl_g_aprime"]
     chosen = {n: min(lrs, key=lambda lr: tune[n, lr]) for n in ("SFT", "DPG", "warm-start DPG")}
+    best_variant = min(("DPG", "warm-start DPG"), key=lambda n: tune[n, chosen[n]])   # chosen on the tuning seed
     models = {}
     for s in seeds:
         for lr in sorted(set(chosen.values())):
@@ -227,34 +276,50 @@ def part_b(V: int, T: int, p_target: float, corpus: int, prompt_boost: float, tr
             for name, m in trained_b(a, prompted, b, updates, batch, lr, warm_share, g_l, which=which).items():
                 rows.append(ex(name, m, lr=lr, seed=s, family=name))
                 models[name, s] = m
+    def family(prefix):
+        def evaluate(f):
+            r = ex("", boosted(f, prefix))
+            return r["AR"], r["kl_g_gprime"]
+        return evaluate
+    Zb = rows[0]["Z"]
+    grid = lambda fam, start: start + [(r["strength"], r["AR"], r["kl_g_gprime"]) for r in rows if r.get("family") == fam
+                                       and r.get("strength") is not None and r["name"] not in ("", None)]
+    families = {"logit boost": (family(None), grid("logit boost", [(1.0, Zb, 0.0)])),
+                "learned prompt + boost": (family(V + 1), grid("learned prompt + boost", []))}
+    _attach_frontiers(rows, families)
     mc, guard = [], []
     Xa = a.sample(mc_a, gen)                           # Monte-Carlo: samples of a (for Z and the g-samples)
     ok_a = b(Xa)
     s0 = seeds[0]
     mid = f"logit boost x{boosts[len(boosts) // 2]:g}"
-    checked = {"base a (GPT-2)": a, "learned prompt": prompted, mid: fixed[mid],
+    checked = {"base a (GPT-2)": a, "learned prompt": prompted, mid: fixed[mid][0],
                "SFT": models["SFT", s0], "DPG": models["DPG", s0], "warm-start DPG": models["warm-start DPG", s0]}
     exact_of = {r["name"]: r for r in rows if r.get("seed") in (None, s0)}
     for name, q in checked.items():
         Xq = q.sample(mc_q, gen)
         ok_q = b(Xq)
+        guard.append(_guard_run(name, q, b, guard_n, exact_of[name]["AR"], gen))
+        if not ok_q.any():      # a collapsed proposal: no accepted sample to estimate from
+            continue
         with torch.no_grad():
             est = estimate_report(ok_a, ok_q, a.log_prob(Xa[ok_a]), q.log_prob(Xa[ok_a]), a.log_prob(Xq[ok_q]),
                                   q.log_prob(Xq[ok_q]), seed=seed)
         for k, v in est.items():
+            defined = math.isfinite(v["lo"]) and math.isfinite(v["hi"])   # NaN bounds: resamples with no acceptance
             mc.append(dict(name=name, quantity=k, exact=exact_of[name][k], **v,
-                           covered=v["lo"] <= exact_of[name][k] <= v["hi"]))
-        guard.append(_guard_run(name, q, b, guard_n, exact_of[name]["AR"], gen))
+                           covered=(v["lo"] <= exact_of[name][k] <= v["hi"]) if defined else None))
     return dict(rows=rows, mc=mc, guard=guard, Z=rows[0]["Z"], final_train_nll=train_nll, chosen_lr=chosen,
+                best_variant=best_variant,
                 tune=[dict(name=n, lr=lr, kl_g_aprime=v) for (n, lr), v in tune.items()])
 
 # %% ../../nbs/guard/03_evaluation.ipynb #64d83914
 def _banned(tok) -> list[int]:
     "The end tokens a fixed-length continuation must not emit."
-    ids = {tok.eos_token_id, tok.convert_tokens_to_ids("<|endoftext|>"), tok.convert_tokens_to_ids("<|im_end|>")}
+    ids = {tok.eos_token_id, *(tok.convert_tokens_to_ids(t) for t in ("<|endoftext|>", "<|im_end|>", "<|im_start|>"))}
     return sorted(i for i in ids if i is not None and i != tok.unk_token_id)
 
-def part_c(T: int, message: str, instruction: str, keyword: str, boosts: tuple, n_base: int, n_prop: int,
+def part_c(T: int, message: str, instruction: str, keyword: str, boosts: tuple, prompt_boosts: tuple, n_base: int,
+           n_prop: int,
            updates: int, batch: int, lr: float, seeds: tuple, lora_r: int, guard_n: int, device: str, seed: int) -> dict:
     """The real model: SmolLM2-135M-Instruct continuing a chat for T tokens under a keyword constraint. Z, AR and the
     divergences are Monte-Carlo estimates (with bootstrap intervals) from samples of a and of each proposal:
@@ -284,12 +349,15 @@ def part_c(T: int, message: str, instruction: str, keyword: str, boosts: tuple, 
                 | {f"{k}_hi": v["hi"] for k, v in est.items()}
         rows.append(row)
         return row
-    evaluate("prompting", TextProposal(model, chat_context(tok, f"{message} {instruction}"), T, banned),
-             family="prompting")
+    prompt_ctx = chat_context(tok, f"{message} {instruction}")
+    bias = lambda f: [SequenceBiasLogitsProcessor([[[t], math.log(f)] for t in kw])] if f != 1 else []
+    evaluate("prompting", TextProposal(model, prompt_ctx, T, banned), family="prompting + boost", strength=1.0)
     for f in boosts:
-        boost = SequenceBiasLogitsProcessor([[[t], math.log(f)] for t in kw])
-        evaluate(f"logit boost x{f:g}", TextProposal(model, a.context, T, banned, [boost]), family="logit boost",
+        evaluate(f"logit boost x{f:g}", TextProposal(model, a.context, T, banned, bias(f)), family="logit boost",
                  strength=f)
+    for f in prompt_boosts:
+        evaluate(f"prompting + boost x{f:g}", TextProposal(model, prompt_ctx, T, banned, bias(f)),
+                 family="prompting + boost", strength=f)
     guard = []
     for s in seeds:
         g_s = torch.Generator().manual_seed(1000 * seed + s)
@@ -324,34 +392,31 @@ def frontier_kl(points, ar: float) -> float:
         return math.inf
     return float(np.interp(math.log(ar), x, y))
 
-def frontier_margins(trained: list[dict], families: dict, sft_rows: list[dict]) -> dict:
-    """Per seed, how much less distorted the trained proposal is than every fixed family at its own acceptance rate
-    and than SFT (paired by seed): min over competitors of KL(competitor) - KL(proposal)."""
-    sft_kl = {r["seed"]: r["kl_g_gprime"] for r in sft_rows}
-    per_seed, detail = [], []
-    for r in trained:
-        against = {f: frontier_kl(pts, r["AR"]) - r["kl_g_gprime"] for f, pts in families.items()}
-        against["SFT"] = sft_kl[r["seed"]] - r["kl_g_gprime"]
-        per_seed.append(min(against.values()))
-        detail.append(dict(seed=r["seed"], AR=r["AR"], kl=r["kl_g_gprime"], **against))
-    return {"margins": per_seed, "detail": detail}
+def part_margins(rows: list[dict], best: str, budget=None) -> dict:
+    """Per seed, for the DPG-based proposal `best` (at `budget`): its AR and its margin, the lowest KL(g||g') of any
+    competitor at its AR (each fixed family's matched point, row['frontier']; SFT's at the same budget and seed) minus
+    its own. A family that cannot reach the AR enters with its strongest point's KL, a lower bound."""
+    pick = lambda n: {r["seed"]: r for r in rows if r["name"] == n and r.get("budget") == budget
+                      and r.get("seed") != "tune"}
+    props, sfts = pick(best), pick("SFT")
+    margins, detail = [], []
+    for s in sorted(props):
+        r = props[s]
+        against = {f: p["kl"] - r["kl_g_gprime"] for f, p in r["frontier"].items()}
+        against["SFT"] = sfts[s]["kl_g_gprime"] - r["kl_g_gprime"]
+        margins.append(min(against.values()))
+        detail.append(dict(seed=s, AR=r["AR"], kl=r["kl_g_gprime"], reached={f: p["reached"] for f, p in
+                                                                            r["frontier"].items()}, **against))
+    return dict(best=best, ar=[d["AR"] for d in detail], margins=margins, detail=detail)
 
-CANNOT_REACH = 10.0   # the margin over a competitor that cannot reach the proposal's AR (any KL here is far below)
-
-def _interval(x, of):
-    return mean_interval(np.minimum(np.asarray(x, dtype=float), CANNOT_REACH), level=LEVEL,
-                         of=of + f" (a competitor that cannot reach that AR counts as {CANNOT_REACH:g})")
-
-def part_margins(rows: list[dict], Z: float, names: tuple, families: dict, budget=None) -> dict:
-    "For the better of DPG and warm-start DPG (lower mean KL(g||a')): AR over Z per seed and the frontier margins."
-    pick = lambda n: [r for r in rows if r["name"] == n and r.get("budget") == budget and r.get("seed") != "tune"]
-    best = min(names, key=lambda n: float(np.mean([r["kl_g_aprime"] for r in pick(n)])))
-    m = frontier_margins(pick(best), families, pick("SFT"))
-    return dict(best=best, ar_over_z=[r["AR"] / Z for r in pick(best)], **m)
+def _fmt_detail(part: dict) -> str:
+    return "; ".join(f"seed {d['seed']}: AR {d['AR']:.3f}, KL {d['kl']:.3f}, margins " + ", ".join(
+        f"{k} {d[k]:+.3f}" + ("" if d["reached"].get(k, True) else " (out of reach: its strongest point)")
+        for k in d if k not in ("seed", "AR", "kl", "reached")) for d in part["detail"])
 
 def make_claims(a: dict, b: dict, c: dict | None = None) -> list[dict]:
     "The checks and claims, with verdicts computed by the rules stated at the top of the evaluation notebook."
-    guard = a["guard"] + b["guard"]
+    guard = a["guard"] + b["guard"] + (c["guard"] if c else [])
     total = sum(g["outputs"] for g in guard)
     viol = sum(g["violations"] for g in guard)
     claims = [check("C1-guarantee", "GUARD's outputs always satisfy the constraint.",
@@ -360,76 +425,92 @@ def make_claims(a: dict, b: dict, c: dict | None = None) -> list[dict]:
                     rule="no output violates the constraint (a guarantee by construction: the sampler filters with the "
                          "same b that counts violations)", note=f"{total} outputs, {viol} violations"),
               check("C1b-cost", "GUARD's cost is 1/AR(a') proposal draws per output.",
-                    "largest |z| of the empirical acceptance rates against the exact AR, all GUARD runs",
+                    "largest |z| of the empirical acceptance rates against the AR, every GUARD run",
                     ours=max(abs(g["z"]) for g in guard), passed=all(abs(g["z"]) <= 4 for g in guard),
-                    rule="every empirical acceptance rate within 4 standard errors of the exact AR(a')")]
-    B = max(r["budget"] for r in a["rows"] if r.get("budget") is not None)
-    fam_a = {f: [(a["Z"], 0.0)] + [(r["AR"], r["kl_g_gprime"]) for r in a["rows"] if r["name"] == f]
-             for f in ("prompting", "logit boost")}
-    fam_b = {"learned prompt": [(b["Z"], 0.0)] + [(r["AR"], r["kl_g_gprime"]) for r in b["rows"] if r["name"] == "learned prompt"],
-             "logit boost": [(b["Z"], 0.0)] + [(r["AR"], r["kl_g_gprime"]) for r in b["rows"] if r.get("family") == "logit boost"]}
-    pa = part_margins(a["rows"], a["Z"], ("DPG", "warm-start DPG"), fam_a, budget=B)
-    pb = part_margins(b["rows"], b["Z"], ("DPG", "warm-start DPG"), fam_b)
-    ia = _interval(pa["margins"], f"Part A: KL(g||g') of the best competitor at {pa['best']}'s AR minus {pa['best']}'s, "
-                                  f"over {len(pa['margins'])} seeds")
-    ib = _interval(pb["margins"], f"Part B: KL(g||g') of the best competitor at {pb['best']}'s AR minus "
-                                  f"{pb['best']}'s, over {len(pb['margins'])} seeds")
-    ok = {p: iv["lo"] > 0 and min(part["ar_over_z"]) >= 10 for p, iv, part in (("A", ia, pa), ("B", ib, pb))}
+                    rule="every empirical acceptance rate within 4 standard errors of the AR(a') (exact in Parts A "
+                         "and B, estimated from independent samples in Part C)")]
+    budgets = sorted({r["budget"] for r in a["rows"] if r.get("budget") is not None})
+    B = budgets[-1]
+    pa = part_margins(a["rows"], a["best_variant"], budget=B)
+    pb = part_margins(b["rows"], b["best_variant"])
+    ia = mean_interval(pa["margins"], level=LEVEL, of=f"Part A: KL(g||g') of the best competitor at {pa['best']}'s AR "
+                                                        f"minus {pa['best']}'s, {B:,} samples, over {len(pa['margins'])} seeds")
+    ib = mean_interval(pb["margins"], level=LEVEL, of=f"Part B: KL(g||g') of the best competitor at {pb['best']}'s AR "
+                                                        f"minus {pb['best']}'s, over {len(pb['margins'])} seeds")
+    ok = {"A": ia["lo"] > 0 and min(pa["ar"]) >= 10 * a["Z"], "B": ib["lo"] > 0 and min(pb["ar"]) >= 10 * b["Z"]}
     binding = min((ia, ib), key=lambda iv: iv["lo"])
-    fmt_detail = lambda part: "; ".join(
-        f"seed {d['seed']}: AR {d['AR']:.3f}, KL {d['kl']:.3f}, margins " + ", ".join(
-            f"{k} {v:+.3f}" if math.isfinite(v) else f"{k} cannot reach" for k, v in d.items()
-            if k not in ("seed", "AR", "kl")) for d in part["detail"])
+    smaller = [(bud, part_margins(a["rows"], a["best_variant"], budget=bud)) for bud in budgets[:-1]]
     claims.append(claim(
         "C2-dpg", "DPG-based proposals raise the acceptance rate by a large factor while distorting less than every "
         "fixed proposal (prompting, a logit boost) at the same acceptance rate, and less than SFT at equal budget.",
-        "KL(g||g') margin of the better DPG-based proposal over its best competitor at its own AR, in the part whose "
-        "interval has the lower bound", paper=None, ours=binding["estimate"],
-        interval=binding, reproduced=ok["A"] and ok["B"], partial=ok["A"] or ok["B"],
-        rule="in each part, per seed: the better DPG-based proposal's AR is at least 10 Z, and the margin (the lowest "
-             "KL(g||g') any competitor has at that AR, interpolated along each fixed family's strengths from the base "
-             "model, or SFT's at the same budget and seed, minus the proposal's) has its 95% interval above 0; "
-             "reproduced if both parts agree, partial if one part holds",
-        note=f"Part A ({pa['best']}, {B:,} samples): {fmt_detail(pa)}. Part B ({pb['best']}): {fmt_detail(pb)}"))
+        f"KL(g||g') margin of the DPG-based proposal (chosen on a tuning seed) over its best competitor at its own AR, "
+        f"in the part whose interval has the lower bound (Part A judged at its largest budget, {B:,} samples)", paper=None,
+        ours=binding["estimate"], interval=binding, reproduced=ok["A"] and ok["B"], partial=ok["A"] or ok["B"],
+        rule=f"in each part (Part A at its largest budget, {B:,} samples), per seed: the DPG-based proposal's AR is at "
+             "least 10 Z, and the margin (the lowest KL(g||g') that any competitor has at that AR: each fixed family "
+             "matched to it by bisection in its strength, or its strongest point if the AR is out of its reach; SFT "
+             "at the same budget and seed) has its 95% interval above 0; reproduced if both parts agree, partial if "
+             "one part holds",
+        note=f"Part A ({pa['best']}): {_fmt_detail(pa)}. Part B ({pb['best']}): {_fmt_detail(pb)}"
+             + "".join(f". Part A at {bud:,} samples, for the record: margins "
+                       + ", ".join(f"{m:+.3f}" for m in p["margins"]) for bud, p in smaller)))
     def warm_diff(rows, budget=None):
         pick = lambda n: {r["seed"]: r["kl_g_aprime"] for r in rows if r["name"] == n and r.get("budget") == budget
                           and r.get("seed") != "tune"}
         w, d = pick("warm-start DPG"), pick("DPG")
+        diffs = [w[s] - d[s] for s in sorted(w)]
         return paired_interval([w[s] for s in sorted(w)], [d[s] for s in sorted(w)], level=LEVEL,
-                               of="KL(g||a') of warm-start DPG minus DPG's, paired over seeds")
-    wa, wb = warm_diff(a["rows"], B), warm_diff(b["rows"])
+                               of="KL(g||a') of warm-start DPG minus DPG's, paired over seeds"), diffs
+    (wa, da), (wb, db) = warm_diff(a["rows"], B), warm_diff(b["rows"])
     below = {"A": wa["hi"] < 0, "B": wb["hi"] < 0}
+    part, rec = max((("A", wa), ("B", wb)), key=lambda x: x[1]["hi"])
     claims.append(claim(
         "C2b-warm-start", "Warm-start DPG (prompted SFT, then DPG) is a better proposal than DPG from the base model.",
-        "KL(g||a') of warm-start DPG minus DPG's (Part A, largest budget)", paper=None, ours=wa["estimate"],
-        baseline=0.0, interval=min((wa, wb), key=lambda iv: -iv["hi"]), reproduced=below["A"] and below["B"],
+        f"KL(g||a') of warm-start DPG minus DPG's, paired by seed, in the part whose interval reaches higher (Part {part})",
+        paper=None, ours=rec["estimate"], baseline=0.0, interval=rec, reproduced=below["A"] and below["B"],
         partial=below["A"] or below["B"],
         rule="reproduced if in both parts the 95% interval of warm-start DPG's KL(g||a') minus DPG's, paired over "
              "seeds, lies below 0; partial if in one part",
-        note=f"Part A: {wa['estimate']:+.3f} [{wa['lo']:+.3f}, {wa['hi']:+.3f}]; Part B: {wb['estimate']:+.3f} "
-             f"[{wb['lo']:+.3f}, {wb['hi']:+.3f}]"))
+        note=f"Part A ({B:,} samples): {wa['estimate']:+.3f} [{wa['lo']:+.3f}, {wa['hi']:+.3f}], per seed "
+             + ", ".join(f"{x:+.3f}" for x in da) + f"; Part B: {wb['estimate']:+.3f} [{wb['lo']:+.3f}, "
+             f"{wb['hi']:+.3f}], per seed " + ", ".join(f"{x:+.3f}" for x in db)))
     pos_tv = lambda r: 0.5 * float(np.abs(np.array(r["pos_g"]) - np.array(r["pos_gprime"])).sum())
     tv_prompt = pos_tv(next(r for r in b["rows"] if r["name"] == "learned prompt"))
     tv_dpg = {r["seed"]: pos_tv(r) for r in b["rows"] if r["name"] == pb["best"] and r.get("seed") != "tune"}
     iv = paired_interval([tv_prompt] * len(tv_dpg), [tv_dpg[s] for s in sorted(tv_dpg)], level=LEVEL,
-                         of=f"positional TV of the learned prompt minus {pb['best']}'s, over seeds")
+                         of=f"positional TV of the learned prompt minus {pb['best']}'s, over {pb['best']}'s seeds")
     claims.append(claim(
         "C3-position", "Prompting distorts where the constrained token appears, more than a DPG-trained proposal.",
         "total variation between the first-position distributions of the token under g' and g: the learned prompt "
         f"(Part B), against {pb['best']}", paper=None, ours=tv_prompt, baseline=float(np.mean(list(tv_dpg.values()))),
         interval=iv, **decide(iv),
         rule="reproduced if the 95% interval of the learned prompt's positional TV minus the DPG-based proposal's, "
-             "over seeds, lies above 0; partial if its mean is above 0",
-        note="the learned prompt is the GPT-2 prompted with the instruction id it was trained with; the positional "
-             "analogue of Part A acts early by construction and is not used for this claim"))
+             "over the proposal's seeds, lies above 0; partial if its mean is above 0",
+        note="one learned prompt (one GPT-2), so the interval carries only the DPG-based proposal's seed-to-seed "
+             "spread; the positional analogue of Part A acts early by construction and is not used for this claim"))
     claims.append(real_model_claim(c))
     return claims
 
+def grid_point(grid: list[tuple[float, float, float]], target_ar: float) -> dict:
+    """A fixed family's KL(g||g') at acceptance rate `target_ar` from estimates on a grid of strengths (no exact
+    evaluation to bisect with): log AR and KL each interpolated linearly in log strength between the bracketing
+    points; out of reach, the strongest point's KL, flagged (a lower bound); below the weakest, the weakest point's."""
+    grid = sorted(grid)
+    if target_ar >= grid[-1][1]:
+        return dict(kl=grid[-1][2], reached=target_ar == grid[-1][1])
+    if target_ar <= grid[0][1]:
+        return dict(kl=grid[0][2], reached=target_ar == grid[0][1])
+    i = max(k for k in range(len(grid) - 1) if grid[k][1] <= target_ar)
+    (f0, a0, k0), (f1, a1, k1) = grid[i], grid[i + 1]
+    u = (math.log(target_ar) - math.log(a0)) / (math.log(a1) - math.log(a0))      # where in log AR ...
+    return dict(kl=k0 + u * (k1 - k0), reached=True)                              # ... is where in log strength
+
 def real_model_claim(c: dict | None) -> dict:
     "C4: C2's comparison on SmolLM2 with a keyword constraint, from Monte-Carlo estimates (not_run without Part C)."
-    rule = ("per seed, the DPG-trained LoRA proposal's estimated AR is at least 10 Z, and its margin (the lowest "
-            "estimated KL(g||g') of prompting, if prompting reaches its AR, and of the logit boost's frontier at its "
-            "AR, minus its own) has its 95% interval over seeds above 0; partial if the margin's mean is above 0")
+    rule = ("per seed, the DPG-trained LoRA proposal's estimated AR is at least min(10 Z, 0.5), and its margin (the "
+            "lowest estimated KL(g||g') of the fixed families, the logit boost and prompting plus a boost, at its AR, "
+            "read on their grids of strengths, or their strongest points out of reach, minus its own) has its 95% "
+            "interval over seeds above 0; partial if the margin's mean is above 0")
     text = ("On a real instruction-tuned model, a DPG-trained proposal raises the acceptance rate of a keyword "
             "constraint by a large factor while distorting less than prompting and the logit boost at the same rate.")
     metric = "KL(g||g') margin of the DPG-trained LoRA proposal over its best fixed competitor at its AR (SmolLM2)"
@@ -438,28 +519,30 @@ def real_model_claim(c: dict | None) -> dict:
                      note="Part C (SmolLM2-135M) runs in the full preset, on a GPU for minutes; its smoke run on "
                           "the CPU checks the code, not the claim")
     rows = [r for r in c["rows"] if "kl_g_gprime" in r]
-    fam = {"logit boost": [(c["Z"], 0.0)] + [(r["AR"], r["kl_g_gprime"]) for r in rows if r["family"] == "logit boost"]}
-    prompt = next((r for r in rows if r["name"] == "prompting"), None)
+    fams = {"logit boost": [(1.0, c["Z"], 0.0)], "prompting + boost": []}
+    for r in rows:
+        if r["family"] in fams:
+            fams[r["family"]].append((r["strength"], r["AR"], r["kl_g_gprime"]))
     dpg_rows = [r for r in c["rows"] if r["family"] == "DPG (LoRA)"]
     margins, parts = [], []
     for r in dpg_rows:
-        if "kl_g_gprime" not in r:      # no accepted sample: the proposal failed outright
-            margins.append(-CANNOT_REACH)
-            parts.append(f"seed {r['seed']}: AR 0")
+        if "kl_g_gprime" not in r:      # no accepted sample: no estimate, the proposal failed outright
+            parts.append(f"seed {r['seed']}: AR {r['AR']:.3f}, no estimate")
             continue
-        against = {"logit boost": frontier_kl(fam["logit boost"], r["AR"])}
-        against["prompting"] = prompt["kl_g_gprime"] if prompt is not None and prompt["AR"] >= r["AR"] else math.inf
-        m = min(v - r["kl_g_gprime"] for v in against.values())
-        margins.append(m)
-        parts.append(f"seed {r['seed']}: AR {r['AR']:.3f} ({r['AR'] / c['Z']:.0f} x Z), KL {r['kl_g_gprime']:.3f}")
-    iv = _interval(margins, "SmolLM2: KL(g||g') of the best fixed competitor at the DPG proposal's AR minus its own, "
-                            f"over {len(margins)} seeds")
-    big = all(r["AR"] >= 10 * c["Z"] for r in dpg_rows)
+        pts = {f: grid_point(g, r["AR"]) for f, g in fams.items() if g}
+        margins.append(min(p["kl"] for p in pts.values()) - r["kl_g_gprime"])
+        parts.append(f"seed {r['seed']}: AR {r['AR']:.3f} ({r['AR'] / c['Z']:.0f} x Z), KL {r['kl_g_gprime']:.3f}, "
+                     + ", ".join(f"{f} at that AR {p['kl']:.3f}" + ("" if p["reached"] else " (out of reach)")
+                                 for f, p in pts.items()))
+    note = f"Z = {c['Z']:.4f} ({c['n_g']} valid base samples); " + "; ".join(parts)
+    if len(margins) < 2 or len(margins) < len(dpg_rows):
+        return claim("C4-real-model", text, metric, paper=None, ours=None, rule=rule, reproduced=False,
+                     note=note + "; too few seeds with estimates to decide")
+    iv = mean_interval(margins, level=LEVEL, of="SmolLM2: KL(g||g') of the best fixed competitor at the DPG "
+                                                f"proposal's AR minus its own, over {len(margins)} seeds")
+    big = all(r["AR"] >= min(10 * c["Z"], 0.5) for r in dpg_rows)
     return claim("C4-real-model", text, metric, paper=None, ours=iv["estimate"], interval=iv, rule=rule,
-                 reproduced=big and iv["lo"] > 0, partial=iv["estimate"] > 0,
-                 note=f"Z = {c['Z']:.4f} ({c['n_g']} valid base samples); " + "; ".join(parts)
-                      + (f"; prompting AR {prompt['AR']:.3f}, KL {prompt.get('kl_g_gprime', float('nan')):.3f}"
-                         if prompt else ""))
+                 reproduced=big and iv["lo"] > 0, partial=iv["estimate"] > 0, note=note)
 
 def run(cfg: Config) -> dict:
     "Part A and Part B; returns {'a', 'b', 'claims', 'seeds', 'device'}."
@@ -477,7 +560,7 @@ def run(cfg: Config) -> dict:
     if cfg.c_run:                       # the real model, in this process, on the run's device
         device = pick_device(cfg.device)
         res_c = part_c(T=cfg.c_T, message=cfg.c_message, instruction=cfg.c_instruction, keyword=cfg.c_keyword,
-                       boosts=tuple(cfg.c_boosts), n_base=cfg.c_n_base, n_prop=cfg.c_n_prop, updates=cfg.c_updates,
+                       boosts=tuple(cfg.c_boosts), prompt_boosts=tuple(cfg.c_prompt_boosts), n_base=cfg.c_n_base, n_prop=cfg.c_n_prop, updates=cfg.c_updates,
                        batch=cfg.c_batch, lr=cfg.c_lr, seeds=tuple(cfg.c_seeds), lora_r=cfg.c_lora_r,
                        guard_n=cfg.c_guard_n, device=str(device), seed=cfg.seed)
     return {"a": res_a, "b": res_b, "c": res_c, "claims": make_claims(res_a, res_b, res_c),
@@ -506,8 +589,10 @@ def plan(cfg: Config) -> list[dict]:
                  guard_outputs=6 * cfg.guard_n)] + ([
             dict(phase="Part C, SmolLM2-135M-Instruct (real model, run's device)", tokens=cfg.c_T,
                  keyword=cfg.c_keyword, base_samples=cfg.c_n_base,
-                 proposals=f"prompting, {len(cfg.c_boosts)} logit boosts, DPG-LoRA x {len(cfg.c_seeds)} seeds",
+                 proposals=f"prompting, {len(cfg.c_boosts)} logit boosts, {len(cfg.c_prompt_boosts)} prompting + "
+                           f"boost, DPG-LoRA x {len(cfg.c_seeds)} seeds",
                  samples_per_proposal=cfg.c_n_prop, dpg_updates=cfg.c_updates, dpg_batch=cfg.c_batch,
-                 sampled_tokens=cfg.c_T * (cfg.c_n_base + (1 + len(cfg.c_boosts) + len(cfg.c_seeds)) * cfg.c_n_prop
+                 sampled_tokens=cfg.c_T * (cfg.c_n_base + (1 + len(cfg.c_boosts) + len(cfg.c_prompt_boosts)
+                                             + len(cfg.c_seeds)) * cfg.c_n_prop
                                            + len(cfg.c_seeds) * cfg.c_updates * cfg.c_batch),
                  guard_outputs=cfg.c_guard_n)] if cfg.c_run else [])

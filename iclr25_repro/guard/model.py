@@ -168,6 +168,8 @@ class CausalLMProposal(torch.nn.Module):
     def log_prob(self, Y: torch.Tensor, batch_size: int = 65536) -> torch.Tensor:
         "Exact log p(y) under the (processed) model, batched."
         Y = check_sequences(Y, self.V, self.T)
+        if len(Y) == 0:
+            return torch.zeros(0, dtype=torch.float64)
         out = []
         for i in range(0, len(Y), batch_size):
             y = Y[i:i + batch_size]
@@ -379,13 +381,14 @@ def dpg(model, base, constraint, budget: int, batch_size: int = 500, lr: float =
                 swap = kl_pi < kl_q
             else:
                 swap = False
+        judged = copy.deepcopy(pi).requires_grad_(False) if swap else None   # the pi that was judged, before it trains
         log_pi = pi.log_prob(Y)
         baseline = float(np.mean(rewards)) if rewards else 0.0
         loss = dpg_loss(log_pi, log_q, w, z_hat, baseline)
         opt.zero_grad(); loss.backward(); opt.step()
         rewards.extend((w / z_hat / torch.exp(log_pi.detach() - log_q).clamp_min(1e-300)).tolist())
-        if swap:      # this batch was drawn from the old q, whose log_q the loss above used; later batches come from pi
-            q, updates = copy.deepcopy(pi).requires_grad_(False), updates + 1
+        if swap:      # this batch was drawn from the old q, whose log_q the loss above used; later batches come from
+            q, updates = judged, updates + 1     # the judged pi, not the one that has since trained on this batch
     return pi, DPGLog(steps, steps * batch_size, z_hat, updates, accepted)
 
 def restricted_fit(a: TabularLM, Yall: torch.Tensor, constraint) -> TabularLM:
@@ -512,7 +515,7 @@ class TextProposal(torch.nn.Module):
 
     def _scores(self, ids: torch.Tensor, logits: torch.Tensor) -> torch.Tensor:
         "Next-token log-probabilities from raw logits (batch, vocab), after the processors and the ban."
-        logits = logits.float()
+        logits = logits.double()
         for p in self.processors:
             logits = p(ids, logits)
         if self.banned:
@@ -528,13 +531,15 @@ class TextProposal(torch.nn.Module):
         if Y.ndim != 2 or Y.shape[1] != self.T:
             raise ValueError(f"Y must have shape (n, {self.T}), got {tuple(Y.shape)}")
         c, out = len(self.context), []
+        if len(Y) == 0:
+            return torch.zeros(0, dtype=torch.float64)
         for i in range(0, len(Y), batch_size):
             y = Y[i:i + batch_size].to(self.device)
             ids = torch.cat([self.context.to(y.device).expand(len(y), -1), y], dim=1)
             logits = self.model(input_ids=ids).logits[:, c - 1:-1]
             lp = torch.stack([self._scores(ids[:, :c + t], logits[:, t]) for t in range(self.T)], dim=1)
-            out.append(lp.gather(2, y.unsqueeze(2)).squeeze(2).double().sum(1))
-        return torch.cat(out).cpu()   # float64, as the other proposals': dpg divides by an estimate of Z near 1e-300
+            out.append(lp.gather(2, y.unsqueeze(2)).squeeze(2).sum(1))
+        return torch.cat(out).cpu()   # float64 throughout, as the other proposals': dpg divides by Z estimates near 1e-300
 
     @torch.no_grad()
     def sample(self, n: int, generator: torch.Generator | None = None, batch_size: int | None = None) -> torch.Tensor:
@@ -545,12 +550,13 @@ class TextProposal(torch.nn.Module):
             m = min(batch_size, n - i)
             ids = self.context.to(self.device).expand(m, -1).clone()
             out = self.model(input_ids=ids, use_cache=True)
-            for _ in range(self.T):
-                past = out["cache"] if "cache" in out else out["past_key_values"]
+            for t in range(self.T):
                 p = self._scores(ids, out.logits[:, -1]).exp().cpu()
                 nxt = torch.multinomial(p, 1, generator=generator).to(self.device)
                 ids = torch.cat([ids, nxt], dim=1)
-                out = self.model(input_ids=nxt, use_cache=True, **{self._cache_kw: past})
+                if t < self.T - 1:        # the last token needs no forward pass
+                    past = out["cache"] if "cache" in out else out["past_key_values"]
+                    out = self.model(input_ids=nxt, use_cache=True, **{self._cache_kw: past})
             outs.append(ids[:, len(self.context):].cpu())
         return torch.cat(outs)
 
