@@ -22,7 +22,7 @@ from transformers import SequenceBiasLogitsProcessor
 
 # %% auto #0
 __all__ = ['PAPER', 'MAX_GUARD_DRAWS', 'LEVEL', 'Config', 'matched_point', 'part_a', 'prompted_gpt2', 'trained_b', 'part_b',
-           'part_c', 'frontier_kl', 'part_margins', 'make_claims', 'grid_point', 'real_model_claim', 'run', 'plan']
+           'part_c', 'part_margins', 'make_claims', 'grid_point', 'real_model_claim', 'run', 'plan']
 
 # %% ../../nbs/guard/03_evaluation.ipynb #f20a16a8
 @dataclass
@@ -377,20 +377,6 @@ def part_c(T: int, message: str, instruction: str, keyword: str, boosts: tuple, 
 
 # %% ../../nbs/guard/03_evaluation.ipynb #b65e9bec
 LEVEL = 0.95
-
-def _mean(rows, name, key, budget):
-    v = [r[key] for r in rows if r["name"] == name and r.get("budget") == budget]
-    return float(np.mean(v)) if v else float("nan")
-
-def frontier_kl(points, ar: float) -> float:
-    """KL(g||g') of a fixed family at acceptance rate `ar`: linear in log AR between its strengths (sorted by AR),
-    inf beyond the largest AR it reaches. `points` are (AR, KL) pairs and should include strength 1, the base model
-    (AR = Z, KL = 0: GUARD with a itself returns g)."""
-    pts = sorted(points)
-    x, y = np.log([p[0] for p in pts]), np.array([p[1] for p in pts], dtype=float)
-    if math.log(ar) > x[-1] + 1e-12:
-        return math.inf
-    return float(np.interp(math.log(ar), x, y))
 
 def part_margins(rows: list[dict], best: str, budget=None) -> dict:
     """Per seed, for the DPG-based proposal `best` (at `budget`): its AR and its margin, the lowest KL(g||g') of any
