@@ -10,11 +10,12 @@ import math
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from transformers import GenerationMixin, PretrainedConfig, PreTrainedModel
 from transformers.modeling_outputs import CausalLMOutput
 
 # %% auto #0
-__all__ = ['SCANS', 'scan_sequential', 'scan_chunked', 'SSMMixer', 'LonghornLayer', 'MambaStyleLayer', 'SSMForCausalLM',
-           'llama_baseline', 'mqar', 'query_accuracy']
+__all__ = ['SCANS', 'KINDS', 'scan_sequential', 'scan_chunked', 'SSMMixer', 'LonghornLayer', 'MambaStyleLayer',
+           'ExplicitDeltaLayer', 'SSMBlock', 'SSMConfig', 'SSMForCausalLM', 'llama_baseline', 'mqar', 'query_accuracy']
 
 # %% ../../nbs/longhorn/02_implementation.ipynb #4f87a8a5
 def _check_scan(a: torch.Tensor, u: torch.Tensor, s0: torch.Tensor | None) -> None:
@@ -97,78 +98,96 @@ def scan_chunked(a: torch.Tensor,          # (B, L, ...) decays
 SCANS = {"chunked": scan_chunked, "sequential": scan_sequential}
 
 # %% ../../nbs/longhorn/02_implementation.ipynb #f4314547
+KINDS = ("longhorn", "mamba", "explicit")
+
 class SSMMixer(nn.Module):
-    "A selective state space layer (Mamba's block) whose recurrence is Longhorn's (`kind='longhorn'`) or Mamba's."
+    "A selective state space layer (Mamba's block) whose recurrence is Longhorn's, Mamba's or the explicit delta step."
 
     def __init__(self,
                  d_model: int,              # width of the residual stream
                  d_state: int = 16,         # N, state entries per channel (paper default 16)
                  d_conv: int = 4,           # width of the causal depthwise convolution
                  expand: int = 2,           # D = expand * d_model channels
-                 kind: str = "longhorn",    # "longhorn" or "mamba"
+                 kind: str = "longhorn",    # "longhorn", "mamba" or "explicit"
                  scan: str = "chunked",     # "chunked" (parallel) or "sequential"
                  chunk: int = 16,           # chunk length of the parallel scan
-                 n_layer: int = 1):         # depth of the model (scales the output projection)
+                 n_layer: int = 1,          # depth of the model (scales the output projection)
+                 key_norm: bool = False):   # divide each key by its L2 norm (DeltaNet's fix; not for "mamba")
         super().__init__()
-        if kind not in ("longhorn", "mamba"):
-            raise ValueError(f"kind must be 'longhorn' or 'mamba', got {kind!r}")
+        if kind not in KINDS:
+            raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
         if scan not in SCANS:
             raise ValueError(f"scan must be one of {sorted(SCANS)}, got {scan!r}")
         for name, v in dict(d_model=d_model, d_state=d_state, d_conv=d_conv, expand=expand, chunk=chunk,
                             n_layer=n_layer).items():
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise ValueError(f"{name} must be a positive integer, got {v!r}")
-        self.kind, self.scan, self.chunk = kind, scan, chunk
+        if not isinstance(key_norm, bool) or (key_norm and kind == "mamba"):
+            raise ValueError(f"key_norm must be a bool, and False for kind 'mamba', got {key_norm!r}")
+        self.kind, self.scan, self.chunk, self.key_norm = kind, scan, chunk, key_norm
         self.d_state, self.d_inner, self.d_conv = d_state, expand * d_model, d_conv
         self.dt_rank = math.ceil(d_model / 16)
         di = self.d_inner
         self.in_proj = nn.Linear(d_model, 2 * di, bias=False)
         self.conv1d = nn.Conv1d(di, di, d_conv, groups=di, padding=d_conv - 1)
         self.x_proj = nn.Linear(di, self.dt_rank + 2 * d_state, bias=False)
-        self.dt_head = nn.Linear(self.dt_rank, di, bias=True)
+        self.dt_proj = nn.Linear(self.dt_rank, di, bias=True)
         self.D = nn.Parameter(torch.ones(di))
         self.D._no_weight_decay = True   # as the official code: excluded from weight decay
         self.out_proj = nn.Linear(di, d_model, bias=False)
         with torch.no_grad():
             self.out_proj.weight /= math.sqrt(n_layer)
-            if kind == "longhorn":
-                self.dt_head.bias.zero_()          # beta centred on sigmoid(0) = 1/2 at the start
-            else:
+            if kind == "mamba":
                 self.A_log = nn.Parameter(torch.log(torch.arange(1, d_state + 1, dtype=torch.float32)).repeat(di, 1))
                 self.A_log._no_weight_decay = True
                 dt = torch.exp(torch.rand(di) * (math.log(0.1) - math.log(1e-3)) + math.log(1e-3))
-                self.dt_head.bias.copy_(dt + torch.log(-torch.expm1(-dt)))   # softplus(bias) = dt
+                self.dt_proj.bias.copy_(dt + torch.log(-torch.expm1(-dt)))   # softplus(bias) = dt
+            else:
+                self.dt_proj.bias.zero_()          # beta centred on sigmoid(0) = 1/2 at the start
         self.record = False   # when True, forward keeps the last step sizes and keys in `self.last`
         self.last = None
 
     def coefficients(self, x: torch.Tensor):
         "Decays a, inputs u (B, L, D, N) and queries q (B, L, N) from the convolved input x (B, L, D)."
         dt, k, q = self.x_proj(x).split([self.dt_rank, self.d_state, self.d_state], dim=-1)
-        r = self.dt_head(dt)
-        if self.kind == "longhorn":
-            beta = torch.sigmoid(r)
-            k2 = k * k
-            eps = beta / (1 + beta * k2.sum(-1, keepdim=True))          # eps = beta / (1 + beta |k|^2), derivation (2)
-            a = 1 - eps.unsqueeze(-1) * k2.unsqueeze(-2)                # diagonal of I - eps k k^T, derivation (4)
-            u = (eps * x).unsqueeze(-1) * k.unsqueeze(-2)               # eps x k^T
-            if self.record:
-                self.last = {"beta": beta.detach(), "k": k.detach(), "a": a.detach(), "u": u.detach(), "x": x.detach()}
-        else:
+        r = self.dt_proj(dt)
+        if self.key_norm:
+            k = F.normalize(k, dim=-1, eps=1e-6)
+        if self.kind == "mamba":
             delta = F.softplus(r)
             a = torch.exp(delta.unsqueeze(-1) * -torch.exp(self.A_log))
             u = (delta * x).unsqueeze(-1) * k.unsqueeze(-2)
             if self.record:
                 self.last = {"delta": delta.detach(), "k": k.detach(), "a": a.detach()}
+            return a, u, q
+        beta = torch.sigmoid(r)
+        k2 = k * k
+        if self.kind == "longhorn":
+            step = beta / (1 + beta * k2.sum(-1, keepdim=True))   # eps = beta / (1 + beta |k|^2), derivation (2)
+        else:
+            step = beta                                           # the explicit (delta-rule) step, derivation (6)
+        a = 1 - step.unsqueeze(-1) * k2.unsqueeze(-2)             # diagonal of I - step k k^T, derivation (4)
+        u = (step * x).unsqueeze(-1) * k.unsqueeze(-2)            # step x k^T
+        if self.record:
+            self.last = {"beta": beta.detach(), "k": k.detach(), "a": a.detach(), "u": u.detach(), "x": x.detach()}
         return a, u, q
 
-    def forward(self, h: torch.Tensor) -> torch.Tensor:
-        "h (B, L, d_model) -> (B, L, d_model)."
+    def forward(self, h: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+        "h (B, L, d_model) -> (B, L, d_model); positions where mask (B, L) is 0 write nothing into the state."
         if h.dim() != 3 or h.shape[-1] != self.in_proj.in_features or not h.is_floating_point():
             raise ValueError(f"expected a float tensor (batch, length, {self.in_proj.in_features}), got "
                              f"{tuple(h.shape)} {h.dtype}")
         L = h.shape[1]
+        if mask is not None:
+            if mask.shape != h.shape[:2]:
+                raise ValueError(f"mask must have shape {tuple(h.shape[:2])}, got {tuple(mask.shape)}")
+            mask = mask.to(h.dtype).unsqueeze(-1)
         x, z = self.in_proj(h).chunk(2, dim=-1)
+        if mask is not None:   # padded tokens enter neither the convolution nor the state
+            x = x * mask
         x = F.silu(self.conv1d(x.transpose(1, 2))[..., :L].transpose(1, 2))
+        if mask is not None:
+            x = x * mask
         a, u, q = self.coefficients(x)
         S = scan_chunked(a, u, chunk=self.chunk) if self.scan == "chunked" else scan_sequential(a, u)
         y = (S * q.unsqueeze(-2)).sum(-1) + self.D * x
@@ -200,43 +219,102 @@ def MambaStyleLayer(d_model: int, **kwargs) -> SSMMixer:
     "The same block with Mamba's (S6) update: learned decay rates, step from a softplus."
     return SSMMixer(d_model, kind="mamba", **kwargs)
 
-# %% ../../nbs/longhorn/02_implementation.ipynb #933cbff5
-class SSMForCausalLM(nn.Module):
-    "A stack of Longhorn or Mamba-style blocks with tied embeddings; forward(input_ids, labels) like transformers."
 
-    def __init__(self,
-                 vocab_size: int,
-                 d_model: int = 64,
-                 n_layer: int = 2,
-                 kind: str = "longhorn",   # "longhorn" or "mamba"
-                 d_state: int = 16,
-                 expand: int = 2,
-                 d_conv: int = 4,
-                 scan: str = "chunked",
-                 chunk: int = 16):
+def ExplicitDeltaLayer(d_model: int, key_norm: bool = False, **kwargs) -> SSMMixer:
+    "The same block with the explicit delta-rule step (DeltaNet's, in Longhorn's diagonal form), keys normalised or not."
+    return SSMMixer(d_model, kind="explicit", key_norm=key_norm, **kwargs)
+
+
+class SSMBlock(nn.Module):
+    "A pre-norm residual block: h + mixer(RMSNorm(h)), with the mixer's recurrent step."
+
+    def __init__(self, d_model: int, **mixer_kwargs):
         super().__init__()
+        self.norm = nn.RMSNorm(d_model, eps=1e-5)
+        self.mixer = SSMMixer(d_model, **mixer_kwargs)
+
+    def forward(self, h: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+        return h + self.mixer(self.norm(h), mask)
+
+    def step(self, h_t: torch.Tensor, cache: tuple | None = None) -> tuple[torch.Tensor, tuple]:
+        out, cache = self.mixer.step(self.norm(h_t), cache)
+        return h_t + out, cache
+
+# %% ../../nbs/longhorn/02_implementation.ipynb #933cbff5
+class SSMConfig(PretrainedConfig):
+    "The configuration of `SSMForCausalLM` (a transformers `PretrainedConfig`: saved as config.json)."
+    model_type = "longhorn_ssm"
+
+    def __init__(self, vocab_size: int = 256, d_model: int = 64, n_layer: int = 2, kind: str = "longhorn",
+                 d_state: int = 16, expand: int = 2, d_conv: int = 4, scan: str = "chunked", chunk: int = 16,
+                 key_norm: bool = False, tie_word_embeddings: bool = True, **kwargs):
         if isinstance(vocab_size, bool) or not isinstance(vocab_size, int) or vocab_size < 2:
             raise ValueError(f"vocab_size must be an integer >= 2, got {vocab_size!r}")
         if isinstance(n_layer, bool) or not isinstance(n_layer, int) or n_layer < 1:
             raise ValueError(f"n_layer must be a positive integer, got {n_layer!r}")
-        self.vocab_size, self.kind = vocab_size, kind
-        self.embedding = nn.Embedding(vocab_size, d_model)
-        nn.init.normal_(self.embedding.weight, std=0.02)
-        self.norms = nn.ModuleList(nn.RMSNorm(d_model, eps=1e-5) for _ in range(n_layer))
-        self.mixers = nn.ModuleList(
-            SSMMixer(d_model, d_state=d_state, d_conv=d_conv, expand=expand, kind=kind, scan=scan, chunk=chunk,
-                     n_layer=n_layer) for _ in range(n_layer))
-        self.norm_f = nn.RMSNorm(d_model, eps=1e-5)
+        if not tie_word_embeddings:
+            raise ValueError("SSMForCausalLM always ties its output head to the embedding")
+        self.vocab_size, self.d_model, self.n_layer, self.kind = vocab_size, d_model, n_layer, kind
+        self.d_state, self.expand, self.d_conv, self.scan, self.chunk = d_state, expand, d_conv, scan, chunk
+        self.key_norm = key_norm
+        self.hidden_size, self.num_hidden_layers = d_model, n_layer   # the names transformers' utilities look for
+        super().__init__(tie_word_embeddings=tie_word_embeddings, **kwargs)
+        SSMMixer(d_model, d_state=d_state, d_conv=d_conv, expand=expand, kind=kind, scan=scan, chunk=chunk,
+                 key_norm=key_norm)   # validates the mixer's arguments now, not at model build time
 
-    def forward(self, input_ids: torch.Tensor, labels: torch.Tensor | None = None) -> CausalLMOutput:
-        "input_ids (B, L) int64 -> CausalLMOutput(loss, logits (B, L, vocab))."
-        if not isinstance(input_ids, torch.Tensor) or input_ids.dim() != 2 or input_ids.dtype != torch.long:
-            raise ValueError("input_ids must be an int64 tensor of shape (batch, length)")
-        if input_ids.numel() and (input_ids.min() < 0 or input_ids.max() >= self.vocab_size):
-            raise ValueError(f"input_ids must lie in [0, {self.vocab_size})")
+    def mixer_kwargs(self) -> dict:
+        return dict(d_state=self.d_state, d_conv=self.d_conv, expand=self.expand, kind=self.kind, scan=self.scan,
+                    chunk=self.chunk, n_layer=self.n_layer, key_norm=self.key_norm)
+
+
+class SSMForCausalLM(PreTrainedModel, GenerationMixin):
+    "A stack of SSM blocks with tied embeddings: a transformers causal LM (Trainer, generate, save_pretrained)."
+    config_class = SSMConfig
+    base_model_prefix = "ssm"
+    main_input_name = "input_ids"
+    _no_split_modules = ["SSMBlock"]
+
+    def __init__(self, config: SSMConfig):
+        if not isinstance(config, SSMConfig):
+            raise ValueError(f"config must be an SSMConfig, got {type(config).__name__}")
+        super().__init__(config)
+        self.vocab_size, self.kind = config.vocab_size, config.kind
+        self.embedding = nn.Embedding(config.vocab_size, config.d_model)
+        nn.init.normal_(self.embedding.weight, std=0.02)
+        self.layers = nn.ModuleList(SSMBlock(config.d_model, **config.mixer_kwargs()) for _ in range(config.n_layer))
+        self.norm_f = nn.RMSNorm(config.d_model, eps=1e-5)
+        self.post_init()
+
+    def _init_weights(self, module):
+        "Every module initialises itself in its constructor (the official scheme); loading fills the rest."
+
+    @property
+    def mixers(self) -> list[SSMMixer]:
+        return [b.mixer for b in self.layers]
+
+    def get_input_embeddings(self) -> nn.Embedding:
+        return self.embedding
+
+    def set_input_embeddings(self, value: nn.Embedding) -> None:
+        self.embedding = value
+
+    def _check_ids(self, ids: torch.Tensor, name: str, dim: int) -> None:
+        if not isinstance(ids, torch.Tensor) or ids.dim() != dim or ids.dtype != torch.long:
+            raise ValueError(f"{name} must be an int64 tensor of {dim} dimension(s), got "
+                             f"{getattr(ids, 'shape', type(ids).__name__)} {getattr(ids, 'dtype', '')}")
+        if ids.numel() and (ids.min() < 0 or ids.max() >= self.vocab_size):
+            raise ValueError(f"{name} must lie in [0, {self.vocab_size})")
+
+    def forward(self, input_ids: torch.Tensor | None = None, attention_mask: torch.Tensor | None = None,
+                labels: torch.Tensor | None = None, **kwargs) -> CausalLMOutput:
+        "input_ids (B, L) int64, attention_mask (B, L) 0/1 (padding, left or right) -> CausalLMOutput(loss, logits)."
+        self._check_ids(input_ids, "input_ids", 2)
+        if attention_mask is not None and attention_mask.shape != input_ids.shape:
+            raise ValueError(f"attention_mask must have the shape of input_ids {tuple(input_ids.shape)}, got "
+                             f"{tuple(attention_mask.shape)}")
         h = self.embedding(input_ids)
-        for norm, mixer in zip(self.norms, self.mixers):
-            h = h + mixer(norm(h))
+        for block in self.layers:
+            h = block(h, attention_mask)
         logits = self.norm_f(h) @ self.embedding.weight.T
         loss = None
         if labels is not None:
@@ -247,6 +325,11 @@ class SSMForCausalLM(nn.Module):
                                    ignore_index=-100)
         return CausalLMOutput(loss=loss, logits=logits)
 
+    def prepare_inputs_for_generation(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
+                                      **kwargs) -> dict:
+        "generate() without a key-value cache: every step runs the whole prefix (use `step` for O(1) decoding)."
+        return {"input_ids": input_ids, "attention_mask": attention_mask}
+
     def record(self, on: bool = True) -> None:
         "Keep (or stop keeping) every mixer's last step sizes, keys and decays in `mixer.last`."
         for m in self.mixers:
@@ -255,18 +338,14 @@ class SSMForCausalLM(nn.Module):
     @torch.no_grad()
     def step(self, token: torch.Tensor, cache: list | None = None) -> tuple[torch.Tensor, list]:
         "Recurrent inference: one token id per sequence (B,) -> next-token logits (B, vocab), new cache (per layer)."
-        if not isinstance(token, torch.Tensor) or token.dim() != 1 or token.dtype != torch.long:
-            raise ValueError("token must be an int64 tensor of shape (batch,)")
-        if token.numel() and (token.min() < 0 or token.max() >= self.vocab_size):
-            raise ValueError(f"token must lie in [0, {self.vocab_size})")
-        cache = cache if cache is not None else [None] * len(self.mixers)
-        if len(cache) != len(self.mixers):
-            raise ValueError(f"cache must hold one entry per layer ({len(self.mixers)}), got {len(cache)}")
+        self._check_ids(token, "token", 1)
+        cache = cache if cache is not None else [None] * len(self.layers)
+        if len(cache) != len(self.layers):
+            raise ValueError(f"cache must hold one entry per layer ({len(self.layers)}), got {len(cache)}")
         h = self.embedding(token)
         new = []
-        for norm, mixer, c in zip(self.norms, self.mixers, cache):
-            out, c = mixer.step(norm(h), c)
-            h = h + out
+        for block, c in zip(self.layers, cache):
+            h, c = block.step(h, c)
             new.append(c)
         return self.norm_f(h) @ self.embedding.weight.T, new
 
