@@ -307,7 +307,7 @@ class SSMForCausalLM(PreTrainedModel, GenerationMixin):
 
     def forward(self, input_ids: torch.Tensor | None = None, attention_mask: torch.Tensor | None = None,
                 labels: torch.Tensor | None = None, **kwargs) -> CausalLMOutput:
-        "input_ids (B, L) int64, attention_mask (B, L) 0/1 (padding, left or right) -> CausalLMOutput(loss, logits)."
+        "input_ids (B, L) int64, attention_mask (B, L) 0/1 (left or right padding only) -> CausalLMOutput(loss, logits)."
         self._check_ids(input_ids, "input_ids", 2)
         if attention_mask is not None and attention_mask.shape != input_ids.shape:
             raise ValueError(f"attention_mask must have the shape of input_ids {tuple(input_ids.shape)}, got "
