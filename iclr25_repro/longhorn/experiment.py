@@ -245,28 +245,26 @@ def scan_throughput(lengths: tuple, width: int, d_state: int, chunk: int, repeat
             w = torch.randn(1, L, width, d_state, generator=g).to(dev)
             for name in ("sequential", "chunked"):
                 kw = {"chunk": chunk} if name == "chunked" else {}
-                fn = lambda: (SCANS[name](a, u, **kw) * w).sum().backward()
-                fn()
-                sync()
-                for r in range(repeats):
-                    t0 = time.perf_counter()
-                    fn()
-                    sync()
-                    rows.append({"scan": name, "length": L, "repeat": r, "seconds": time.perf_counter() - t0})
+                rows += _timings(lambda: (SCANS[name](a, u, **kw) * w).sum().backward(), sync, repeats, name, L)
         if llama_width:
             torch.manual_seed(seed)
             llama = llama_baseline(32, llama_width, n_layer, n_heads, max_position_embeddings=max(lengths)).to(dev)
             for L in lengths:
                 ids = torch.randint(0, 32, (1, L), generator=g).to(dev)
-                fn = lambda: llama(input_ids=ids, labels=ids).loss.backward()
-                fn()
-                sync()
-                for r in range(repeats):
-                    t0 = time.perf_counter()
-                    fn()
-                    sync()
-                    rows.append({"scan": "Llama", "length": L, "repeat": r, "seconds": time.perf_counter() - t0})
+                rows += _timings(lambda: llama(input_ids=ids, labels=ids).loss.backward(), sync, repeats, "Llama", L)
         return rows
+
+def _timings(fn, sync, repeats: int, name: str, length: int) -> list[dict]:
+    "`repeats` timings of fn() after one warm-up call, as benchmark rows."
+    fn()
+    sync()
+    rows = []
+    for r in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        sync()
+        rows.append({"scan": name, "length": length, "repeat": r, "seconds": time.perf_counter() - t0})
+    return rows
 
 def loglog_slope(rows: list[dict], scan: str, level: float = 0.95) -> dict:
     """The least-squares slope of log(median seconds) against log(length) for one scan, one point per length (the
