@@ -43,17 +43,17 @@ class Config(ScaledConfig):
     expand: int = 1
     n_heads: int = 4                    # Llama
     batch: int = 16
-    steps: int = 250
+    steps: int = 200
     weight_decay: float = 0.1
-    warmup: int = 25
+    warmup: int = 20
     clip: float = 1.0
-    n_eval: int = 96                    # held-out sequences per test length
+    n_eval: int = 64                    # held-out sequences per test length
     checkpoint_every: int = 50          # steps between the recordings of the delta-rule layers' decays
-    n_probe: int = 32                   # sequences of the fixed batch the decays are recorded on
+    n_probe: int = 16                   # sequences of the fixed batch the decays are recorded on
     scan: str = "sequential"            # the faster scan for training on a CPU; "chunked" on a GPU
     chunk: int = 16
     bench_lengths: tuple = (256, 512, 1024, 2048, 4096)
-    bench_repeats: int = 4
+    bench_repeats: int = 3
     bench_width: int = 64               # D of the benchmarked scans (N = d_state)
     lm_steps: int = 0                   # the language-model comparison (0: not run)
     lm_models: tuple = ("Longhorn", "Mamba-style", "Llama")
