@@ -17,7 +17,8 @@ import torch
 from ..core.results import check, claim, decide, mean_interval, paired_interval
 from ..core.runtime import ScaledConfig, map_jobs, one_thread, pick_device, workers_device
 from .model import (COMPLETIONS, backward_elimination, complete, explain, greedy_by_attribution,
-                                    load_digits, load_fashion_mnist, load_mnist, size, sufficient, train_model)
+                                    load_digits, load_fashion_mnist, load_mnist, minimum_sufficient, size, sufficient,
+                                    train_model)
 
 # %% auto #0
 __all__ = ['METHODS', 'SST_ARMS', 'POST_HOC', 'DATASETS', 'PAPER', 'Config', 'split', 'train_and_explain', 'run', 'make_claims',
@@ -39,23 +40,25 @@ class Config(ScaledConfig):
     tau: float = 0.5                      # mask threshold
     xi: float = 1.0                       # cardinality coefficient
     eps: float = 0.2                      # radius of the noise and adversary balls (pixel values in [0, 1])
-    train_pgd_steps: int = 5              # adversary of SST's training and of the post-hoc searches (step eps / 4)
-    eval_pgd_steps: int = 40              # the stronger adversary every explanation is evaluated with (step eps / 8)
-    lr: float = 1e-3
+    train_pgd_steps: int = 3              # adversary of SST's training and of the post-hoc searches' scoring ...
+    train_pgd_alpha: float = 0.5          # ... with steps of this share of eps
+    eval_pgd_steps: int = 20              # the strong adversary of the evaluation and of the searches' acceptance ...
+    eval_pgd_alpha: float = 0.125         # ... with steps of this share of eps
+    lr: float = 3e-3
     batch: int = 64
-    max_epochs: int = 15
+    max_epochs: int = 25
     patience: int = 5
     max_steps: int | None = None          # cap on optimiser steps per model (smoke runs)
     test_frac: float = 0.2                # digits and MNIST: the share held out for testing
     n_train: int | None = None            # cap on training images (None: all)
     n_test: int | None = None             # cap on test images (None: all)
-    n_explain: int = 12                   # test images every method explains (the post-hoc searches' budget)
+    n_explain: int = 10                   # test images every method explains (the post-hoc searches' budget)
     time_limit: float = 10.0              # seconds per post-hoc explanation
-    remove_frac: float = 0.0              # backward elimination's batch removals (0: one pixel per round)
+    remove_frac: float = 0.1              # backward elimination's batch removals (0: one pixel per round)
     chunk: int = 1024                     # completed inputs per batch in the searches
     ig_steps: int = 32                    # integrated-gradients path steps
     timing_repeats: int = 5               # repeats of SST's batched explanation timing (median)
-    probe_folds: int = 5                  # cross-validation folds of the mask-to-label probe
+    probe_folds: int = 3                  # cross-validation folds of the mask-to-label probe
     faith_tol: float = 0.05               # C1: "equal or higher faithfulness" means at most this much lower
     acc_tol: float = 0.02                 # C3: the accuracy SST may lose against the standard network
     n_workers: int = 2
@@ -77,7 +80,8 @@ class Config(ScaledConfig):
         "tiny": dict(n_seeds=2, max_epochs=2, n_explain=2, n_test=40, n_train=200, train_pgd_steps=2,
                      eval_pgd_steps=3, timing_repeats=1, probe_folds=2, n_workers=1),
         "ci": {},
-        "full": dict(datasets=("mnist", "fashion"), archs=("cnn", "resnet18"), train_pgd_steps=10, max_epochs=10,
+        "full": dict(datasets=("mnist", "fashion"), archs=("cnn", "resnet18"), train_pgd_steps=10, train_pgd_alpha=0.25,
+                     eval_pgd_steps=40, max_epochs=10,
                      completions=("baseline", "probabilistic", "robust"), batch=128, n_train=20000,
                      n_test=2000, n_explain=20, time_limit=10.0, remove_frac=0.05, chunk=512, n_workers=1),
     }
@@ -105,8 +109,10 @@ def split(dataset: str, seed: int, test_frac: float = 0.2, n_train: int | None =
     tr, te = tr[:n_train], te[:n_test]
     return xtr[tr], ytr[tr], xte[te], yte[te]
 
-def _pgd(cfg, steps: int) -> dict:
-    return dict(eps=cfg.eps, steps=steps, alpha=cfg.eps / (4 if steps == cfg.train_pgd_steps else 8))
+def _pgd(cfg, strong: bool) -> dict:
+    "The training-strength adversary or the strong one of the evaluation."
+    return dict(eps=cfg.eps, steps=cfg.eval_pgd_steps if strong else cfg.train_pgd_steps,
+                alpha=cfg.eps * (cfg.eval_pgd_alpha if strong else cfg.train_pgd_alpha))
 
 def _faithfulness(logits_fn, x, keep, cfg, seed: int) -> dict:
     "The share of explanations sufficient under the zero baseline, noise in the ball and the strong adversary."
@@ -115,11 +121,11 @@ def _faithfulness(logits_fn, x, keep, cfg, seed: int) -> dict:
             "faith_noise": float(sufficient(logits_fn, x, keep, "probabilistic", eps=cfg.eps,
                                             generator=g(1)).float().mean()),
             "faith_pgd": float(sufficient(logits_fn, x, keep, "robust", generator=g(2),
-                                          **_pgd(cfg, cfg.eval_pgd_steps)).float().mean())}
+                                          **_pgd(cfg, True)).float().mean())}
 
 def _completion_kwargs(cfg, completion: str) -> dict:
     "The completion's settings for SST's training and the post-hoc searches (the training-strength adversary)."
-    return {"baseline": {}, "probabilistic": {"eps": cfg.eps}, "robust": _pgd(cfg, cfg.train_pgd_steps)}[completion]
+    return {"baseline": {}, "probabilistic": {"eps": cfg.eps}, "robust": _pgd(cfg, False)}[completion]
 
 def _search_kwargs(cfg, completion: str, seed: int) -> dict:
     return {"generator": torch.Generator().manual_seed(seed), **_completion_kwargs(cfg, completion)}
@@ -139,18 +145,42 @@ def _probe(keep: torch.Tensor, y: torch.Tensor, folds: int, seed: int) -> float 
     cv = StratifiedKFold(folds, shuffle=True, random_state=seed)
     return float(cross_val_score(LogisticRegression(max_iter=2000), X, y, cv=cv).mean())
 
+def _strong_search_kwargs(cfg, completion: str, seed: int) -> dict:
+    "The acceptance test of the searches: for the robust completion the strong adversary, with its own random starts."
+    kw = _search_kwargs(cfg, completion, seed)
+    return kw | _pgd(cfg, True) if completion == "robust" else kw
+
+def _tiny_exact(cfg, seed: int, device) -> dict:
+    """On the digits averaged to 4x4 (16 pixels): a standard network trained with the same recipe, and the mean size
+    (in pixels) of the exact minimum sufficient reason under the zero baseline against each search's, on the first
+    n_explain test images."""
+    x4, y4 = load_digits(4)
+    g = torch.Generator().manual_seed(seed)
+    perm = torch.randperm(len(x4), generator=g)
+    n_te = int(round(cfg.test_frac * len(x4)))
+    net, _ = train_model(x4[perm[n_te:]], y4[perm[n_te:]], objective="standard", lr=cfg.lr, batch=cfg.batch,
+                         max_epochs=cfg.max_epochs, patience=cfg.patience, seed=seed, device=device,
+                         max_steps=cfg.max_steps, n_classes=10)
+    xs = x4[perm[:n_te]][:cfg.n_explain].to(device)
+    sizes = {"exact": [], "backward elimination": [], "IG greedy": []}
+    for i in range(len(xs)):
+        sizes["exact"].append(float(minimum_sufficient(net.logits, xs[i:i + 1])[0].sum()))
+        for name, search in POST_HOC.items():
+            sizes[name].append(float(search(net.logits, xs[i:i + 1])[0].sum()))
+    return {f"tiny_{k}": float(np.mean(v)) for k, v in sizes.items()}
+
 def train_and_explain(kind: str, dataset: str, arch: str, seed: int, cfg_dict: dict, completion: str | None = None,
                       mask_grad: str | None = None) -> list[dict]:
     """One worker job. kind='standard': train the standard network and explain n_explain test images with each
-    post-hoc search under each completion; kind='sst': train SST with `completion` and `mask_grad` and explain every
-    test image in one batched pass. Returns one row per (method, completion) with its metrics."""
+    post-hoc search under each completion; kind='sst': train SST with `completion` and `mask_grad` and explain the
+    test images (one forward pass each). Returns one row per (method, completion) with its metrics."""
     cfg = Config(**cfg_dict)
     device = pick_device(cfg.device)
     with one_thread() if device.type == "cpu" else _null():
         xtr, ytr, xte, yte = split(dataset, seed, cfg.test_frac, cfg.n_train, cfg.n_test)
         xte, yte = xte.to(device), yte.to(device)
         common = dict(arch=arch, tau=cfg.tau, lr=cfg.lr, batch=cfg.batch, max_epochs=cfg.max_epochs,
-                      patience=cfg.patience, seed=seed, device=device, max_steps=cfg.max_steps)
+                      patience=cfg.patience, seed=seed, device=device, max_steps=cfg.max_steps, n_classes=10)
         t0 = time.perf_counter()
         if kind == "standard":
             model, history = train_model(xtr, ytr, objective="standard", **common)
@@ -161,22 +191,28 @@ def train_and_explain(kind: str, dataset: str, arch: str, seed: int, cfg_dict: d
         with torch.no_grad():
             accuracy = float((model.logits(xte).argmax(1) == yte).float().mean())
         base = dict(dataset=dataset, arch=arch, seed=seed, accuracy=accuracy, train_seconds=train_seconds,
-                    epochs=len(history), history=history)
+                    epochs=len(history), history=history, pixels=int(xte.shape[-2] * xte.shape[-1]))
         xe = xte[:cfg.n_explain]
+        empty = torch.zeros(len(xe), 1, *xe.shape[-2:], device=device)
+        base["empty_pgd"] = _faithfulness(model.logits, xe, empty, cfg, seed)["faith_pgd"]
         rows = []
         if kind == "standard":
-            empty = torch.zeros(len(xe), 1, *xe.shape[-2:], device=device)
-            base["empty_pgd"] = _faithfulness(model.logits, xe, empty, cfg, seed)["faith_pgd"]
-            rows.append(dict(base, method="standard", completion=None))
+            if dataset == "digits":
+                base |= _tiny_exact(cfg, seed, device)
+            support = _probe((xte > 0).float().amax(1, keepdim=True).cpu(), yte.cpu(), cfg.probe_folds, seed)
+            rows.append(dict(base, method="standard", completion=None, probe_support=support))
             for comp in cfg.completions:
                 for name, search in POST_HOC.items():
                     keeps, infos = [], []
                     for i in range(len(xe)):
                         kw = _search_kwargs(cfg, comp, seed * 100003 + i)
-                        extra = {"remove_frac": cfg.remove_frac} if name == "backward elimination" else \
-                            {"n_steps": cfg.ig_steps}
+                        strong = _strong_search_kwargs(cfg, comp, seed * 100003 + i + 50000)
+                        if name == "backward elimination":   # cheap scores, strong acceptance test
+                            extra = {"remove_frac": cfg.remove_frac, "verify": strong, **kw}
+                        else:                                # every prefix tested by the strong test
+                            extra = {"n_steps": cfg.ig_steps, **strong}
                         k, info = search(model.logits, xe[i:i + 1], comp, time_limit=cfg.time_limit, chunk=cfg.chunk,
-                                         **extra, **kw)
+                                         **extra)
                         keeps.append(k)
                         infos.append(info)
                     keep = torch.cat(keeps)
@@ -189,15 +225,20 @@ def train_and_explain(kind: str, dataset: str, arch: str, seed: int, cfg_dict: d
                                      timeouts=float(np.mean([i["timed_out"] for i in infos])), history=None))
             return rows
         keep = explain(model, xte, cfg.tau)
-        times = []
-        for _ in range(cfg.timing_repeats):
-            t = time.perf_counter()
-            explain(model, xte, cfg.tau)
-            times.append((time.perf_counter() - t) / len(xte))
+        times = []   # one image at a time, as the searches explain: the latency of one explanation
+        for i in range(len(xe)):
+            per = []
+            for _ in range(cfg.timing_repeats):
+                t = time.perf_counter()
+                explain(model, xe[i:i + 1], cfg.tau)
+                per.append(time.perf_counter() - t)
+            times.append(float(np.median(per)))
+        t = time.perf_counter()
+        explain(model, xte, cfg.tau)
+        batched = (time.perf_counter() - t) / len(xte)
         ke = keep[:cfg.n_explain]
-        empty = torch.zeros_like(keep)
         adv = complete(model.logits, xte, keep, "robust", generator=torch.Generator().manual_seed(seed),
-                       **_pgd(cfg, cfg.eval_pgd_steps))
+                       **_pgd(cfg, True))
         invariants = {"kept_changed": float(((adv - xte).abs() * keep).max()),
                       "ball_excess": float((adv - xte).abs().max() - cfg.eps),
                       "range_excess": float(max(-adv.min(), adv.max() - 1))}
@@ -206,9 +247,9 @@ def train_and_explain(kind: str, dataset: str, arch: str, seed: int, cfg_dict: d
                          size=float(size(ke).mean()), **_faithfulness(model.logits, xe, ke, cfg, seed),
                          faith_search=float(sufficient(model.logits, xe, ke, completion,
                                                        **_search_kwargs(cfg, completion, seed + 1)).float().mean()),
-                         seconds=float(np.median(times)), tests=1.0, timeouts=0.0,
+                         seconds=float(np.mean(times)), seconds_batched=batched, tests=1.0, timeouts=0.0,
                          size_all=float(size(keep).mean()), **{k + "_all": v for k, v in all_faith.items()},
-                         empty_pgd=_faithfulness(model.logits, xte, empty, cfg, seed)["faith_pgd"],
+                         empty_pgd_all=_faithfulness(model.logits, xte, torch.zeros_like(keep), cfg, seed)["faith_pgd"],
                          probe=_probe(keep.cpu(), yte.cpu(), cfg.probe_folds, seed), invariants=invariants))
         return rows
 
@@ -286,30 +327,29 @@ def make_claims(rows: list[dict], cfg) -> list[dict]:
                f"faithfulness difference under the strong adversary lies above -{cfg.faith_tol:g}; partial if both "
                f"estimates meet those bounds against every search; otherwise not reproduced.")
     claims = []
-    for cid, arm, words in [("C1-concise", ste, "SST with a straight-through mask"),
-                            ("C1b-as-coded", coded, "SST as the official code trains it (hard threshold)")]:
-        c1 = _smaller_and_as_faithful(rows, arm, cfg, seeds)
-        b = c1["closest"]
-        claims.append(claim(
-            cid, f"{words}, trained with the robust completion, gives smaller explanations than the post-hoc searches "
-                 "on a standard network, at equal or higher robust faithfulness (the paper's Table 1).",
-            "explanation size (share of pixels) under the robust completion", paper=None,
-            ours=float(v(arm, "robust", "size").mean()), baseline=float(v(b, "robust", "size").mean()),
-            rule=c1_rule, reproduced=c1["reproduced"], partial=c1["partial"], interval=c1["size"][b],
-            note=f"baseline = {b}, the search with the smallest sets; " + _c1_note(c1)))
+    c1 = _smaller_and_as_faithful(rows, ste, cfg, seeds)
+    b = c1["closest"]
+    claims.append(claim(
+        "C1-concise", "SST (with a straight-through mask), trained with the robust completion, gives smaller "
+        "explanations than the post-hoc searches on a standard network, at equal or higher robust faithfulness (the "
+        "paper's Table 1).", "explanation size (share of pixels) under the robust completion", paper=None,
+        ours=float(v(ste, "robust", "size").mean()), baseline=float(v(b, "robust", "size").mean()),
+        rule=c1_rule, reproduced=c1["reproduced"], partial=c1["partial"], interval=c1["size"][b],
+        note=f"baseline = {b}, the search with the smallest sets; " + _c1_note(c1)))
 
     sst_t = v(ste, "robust", "seconds")
     fastest = min(POST_HOC, key=lambda b: v(b, "robust", "seconds").mean())
     ratio = np.log10(v(fastest, "robust", "seconds") / sst_t)
-    iv = mean_interval(ratio, method="t", of=f"mean over seeds of log10({fastest}'s seconds per explanation / SST's)")
+    iv = mean_interval(ratio, method="t", of=f"mean over seeds of log10({fastest}'s seconds per explanation / SST's, "
+                       "both one image at a time)")
     claims.append(claim(
         "C2-one-pass", "An SST explanation costs one forward pass, orders of magnitude less time than a post-hoc search "
                        "under the same sufficiency notion.", "log10 of the time ratio (fastest post-hoc search / SST)",
         paper=None, ours=iv["estimate"], rule="Reproduced if the 95% t interval of log10(time ratio against the fastest "
         "post-hoc search) lies above 2 (at least 100 times faster); partial if its estimate is above 1; otherwise not "
         "reproduced.", reproduced=iv["lo"] > 2, partial=iv["estimate"] > 1, interval=iv,
-        note=f"SST {sst_t.mean():.2e} s per explanation (batched over the test set); {fastest} "
-             f"{v(fastest, 'robust', 'seconds').mean():.2e} s"))
+        note=f"SST {sst_t.mean():.2e} s per explanation at batch 1 ({v(ste, 'robust', 'seconds_batched').mean():.2e} s "
+             f"batched over the test set); {fastest} {v(fastest, 'robust', 'seconds').mean():.2e} s"))
 
     acc_ste, acc_std = v(ste, "robust", "accuracy"), v("standard", None, "accuracy")
     iv = paired_interval(acc_ste, acc_std, method="t", of="mean over seeds of SST (straight-through, robust) - "
@@ -321,6 +361,13 @@ def make_claims(rows: list[dict], cfg) -> list[dict]:
              f"-{cfg.acc_tol:g}; partial if its estimate does; otherwise not reproduced.",
         **decide(iv, -cfg.acc_tol), interval=iv))
 
+    coded_sizes = [r["size_all"] for r in rows if r["method"] == coded]
+    d = min(r.get("pixels", 64) for r in rows)
+    claims.append(check("K3-collapse", "Trained as coded (hard threshold), the mask head receives no gradient from the "
+                        "faithfulness term and its masks empty (derivation, section 4).",
+                        "largest mean explanation size of an as-coded model (share of pixels)", ours=max(coded_sizes),
+                        passed=max(coded_sizes) < 1 / d, rule="Passed if every as-coded model keeps on average less "
+                        "than one pixel per test image."))
     inv = [r["invariants"] for r in rows if "invariants" in r]
     worst = max(max(i["kept_changed"], i["ball_excess"], i["range_excess"]) for i in inv)
     claims.append(check("K1-adversary", "The evaluation's adversary changed no kept pixel and stayed in the ball and in "

@@ -227,6 +227,7 @@ def train_model(x: torch.Tensor, y: torch.Tensor, *, objective: str = "sst", arc
                 xi: float = 1.0, completion: str = "baseline", mask_grad: str = "ste", lr: float = 1e-3,
                 batch: int = 64, max_epochs: int = 30, patience: int = 5, val_frac: float = 0.1, seed: int = 0,
                 device: str | torch.device = "cpu", max_steps: int | None = None,  # cap on optimiser steps
+                n_classes: int | None = None,  # default: the largest label + 1
                 **completion_kwargs) -> tuple[SSTNet, list[dict]]:
     "Train an SSTNet with early stopping on a held-out share of (x, y); returns the best model and the history."
     if objective not in ("standard", "sst"):
@@ -240,7 +241,7 @@ def train_model(x: torch.Tensor, y: torch.Tensor, *, objective: str = "sst", arc
     perm = torch.randperm(len(x), generator=g)
     xv, yv = x[perm[:n_val]].to(device), y[perm[:n_val]].to(device)
     xt, yt = x[perm[n_val:]].to(device), y[perm[n_val:]].to(device)
-    model = SSTNet(tuple(x.shape[1:]), int(y.max()) + 1, arch).to(device)
+    model = SSTNet(tuple(x.shape[1:]), n_classes or int(y.max()) + 1, arch).to(device)
     opt = torch.optim.Adam(model.parameters(), lr=lr)
     kw = dict(tau=tau, xi=xi, completion=completion, mask_grad=mask_grad, generator=g, **completion_kwargs)
 
@@ -320,8 +321,11 @@ def _completed_margin(logits_fn, x, keep, target, completion, chunk, deadline=No
 def backward_elimination(logits_fn, x: torch.Tensor, completion: str = "baseline", *, time_limit: float | None = None,
                          chunk: int = 1024,  # candidates completed per batch
                          remove_frac: float = 0.0,  # > 0: first try removing this share of the kept pixels at once
+                         verify: dict | None = None,  # completion settings of the acceptance test (default: kwargs)
+                         verify_top: int = 4,  # best-scoring candidates re-tested by `verify` per round
                          **kwargs) -> tuple[torch.Tensor, dict]:
-    "SIS-style backward elimination for one image x (1, C, H, W): a 1-minimal sufficient keep mask (1, 1, H, W)."
+    """SIS-style backward elimination for one image x (1, C, H, W): a sufficient keep mask (1, 1, H, W) from which no
+    single pixel can be removed (for a deterministic completion; for a random one, none that the tests accepted)."""
     _check_images(x)
     if len(x) != 1:
         raise ValueError(f"x must hold one image (1, C, H, W), got {tuple(x.shape)}")
@@ -350,10 +354,22 @@ def backward_elimination(logits_fn, x: torch.Tensor, completion: str = "baseline
             trial[idx[order[:r]]] = False
             tests += 1
             if float(_completed_margin(logits_fn, x, trial.float().view(1, 1, H, W), target, completion, chunk,
-                                       None, **kwargs)[0]) > 0:
+                                       None, **(verify or kwargs))[0]) > 0:
                 kept = trial
                 continue
-        kept[idx[order[0]]] = False
+        if verify is None:
+            kept[idx[order[0]]] = False
+            continue
+        top = order[:verify_top][margins[order[:verify_top]] > 0]   # re-test the best candidates with `verify`
+        ok = _completed_margin(logits_fn, x, cand[top].float().view(-1, 1, H, W), target, completion, chunk,
+                               deadline, **verify)
+        if ok is None:
+            timed_out = True
+            break
+        tests += len(top)
+        if not bool((ok > 0).any()):
+            break
+        kept[idx[top[int((ok > 0).float().argmax())]]] = False
     return kept.float().view(1, 1, H, W), {"timed_out": timed_out, "tests": tests,
                                            "seconds": time.perf_counter() - start}
 
