@@ -46,7 +46,7 @@ class Config(ScaledConfig):
     eval_pgd_alpha: float = 0.125         # ... with steps of this share of eps
     lr: float = 3e-3
     batch: int = 64
-    max_epochs: int = 25
+    max_epochs: int = 20
     patience: int = 5
     max_steps: int | None = None          # cap on optimiser steps per model (smoke runs)
     test_frac: float = 0.2                # digits and MNIST: the share held out for testing
