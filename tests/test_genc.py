@@ -20,6 +20,16 @@ from iclr25_repro.genc.model import (CausalLM, Circuit, Constraint, PairwiseAR, 
                                      train_gpt2, unit_propagate)
 
 
+def _chi_pvalue(observed, expected_counts):
+    "Chi-square p-value, cells with fewer than five expected counts pooled into one (dropped when it is empty)."
+    big = expected_counts >= 5
+    obs, exp = list(observed[big]), list(expected_counts[big])
+    if expected_counts[~big].sum() > 0:
+        obs.append(observed[~big].sum())
+        exp.append(expected_counts[~big].sum())
+    return chisquare(np.array(obs), np.array(exp)).pvalue
+
+
 def _brute_wmc(clauses, n, wp, wn):
     total = 0.0
     for x in itertools.product([0, 1], repeat=n):
@@ -92,9 +102,7 @@ def test_circuit_sampler_frequencies(shidoku):
     assert cons.satisfied(draws).all()
     index = {tuple(s): i for i, s in enumerate(sols.tolist())}
     obs = np.bincount([index[tuple(d)] for d in draws.tolist()], minlength=288)
-    big = mass * len(draws) >= 5
-    stat = chisquare(np.r_[obs[big], obs[~big].sum()], np.r_[mass[big], mass[~big].sum()] * len(draws))
-    assert stat.pvalue > 1e-4
+    assert _chi_pvalue(obs, mass * len(draws)) > 1e-4
 
 
 def test_shidoku_count_and_table(shidoku):
@@ -181,23 +189,41 @@ def test_genc_proposal_against_enumeration(shidoku):
     for b in range(6):
         mass = np.prod(theta[b].numpy()[np.arange(16), sols], 1)
         j = index[tuple(c["Yt"][b].tolist())]
-        assert c["p_alpha"][b] == pytest.approx(mass.sum(), rel=1e-10)
+        assert np.exp(c["log_p_alpha"][b]) == pytest.approx(mass.sum(), rel=1e-10)
         assert float(c["log_q"][b]) == pytest.approx(np.log(mass[j] / mass.sum()), abs=1e-9)
         assert float(c["log_p"][b]) == pytest.approx(lp[j], abs=1e-9)
 
 
-def test_expected_weight_is_p_alpha(tiny):
+def test_candidates_follow_the_proposal_marginal(tiny):
+    "Drawn candidates against r(y~) = sum_y p(y) p~_y(y~ | alpha), enumerated over every y."
     model, alpha, every = tiny
     p = model.log_prob(every).exp().numpy()
     ok = alpha.satisfied(every.numpy())
     _, theta, _ = local_distribution(model, every)
     ev = every.numpy()
-    total = 0.0
+    r = np.zeros(len(ev))
     for b in range(len(ev)):
         q = np.prod(theta[b].numpy()[np.arange(4), ev[ok]], 1)
-        q /= q.sum()
-        total += p[b] * np.sum(q * p[ok] / q)
-    assert total == pytest.approx(p[ok].sum(), rel=1e-10)
+        r[ok] += p[b] * q / q.sum()
+    c = genc_candidates(model, alpha, 30_000, None, torch.Generator().manual_seed(1), np.random.default_rng(1))
+    obs = np.bincount((c["Yt"].numpy() * 3 ** np.arange(4)[::-1]).sum(1), minlength=81)
+    assert _chi_pvalue(obs, r * 30_000) > 1e-4
+
+
+def test_circuit_in_log_space_does_not_underflow():
+    "A 9x9 puzzle under a sharply peaked factorised distribution: p~(alpha) far below the smallest double."
+    g = torch.Generator().manual_seed(0)
+    pz = sudoku_puzzles(1, 3, 3, 36, g)[0]
+    cons = sudoku_constraint(3, 3, pz["clues"])
+    wrong = random_sudoku_grids(1, 3, 3, g)[0].numpy()             # peaked on a grid that breaks most clues
+    eps = 1e-6
+    theta = np.full((1, 81, 9), eps)
+    theta[0, np.arange(81), wrong] = 1 - 8 * eps
+    lp = cons.log_probability(theta)[0]
+    assert np.isfinite(lp) and lp < np.log(np.finfo(float).tiny)
+    x = cons.sample(np.repeat(theta, 5, 0), np.random.default_rng(0))
+    assert cons.satisfied(x).all() and sudoku_valid(x, 3, 3).all()
+    assert cons.circuit.model_count() >= 1
 
 
 def test_factorised_model_makes_genc_exact(shidoku):
@@ -211,8 +237,7 @@ def test_factorised_model_makes_genc_exact(shidoku):
     exact /= exact.sum()
     index = {tuple(s): i for i, s in enumerate(sols.tolist())}
     obs = np.bincount([index[tuple(y)] for y in out.tolist()], minlength=288)
-    big = exact * len(out) >= 5
-    assert chisquare(np.r_[obs[big], obs[~big].sum()], np.r_[exact[big], exact[~big].sum()] * len(out)).pvalue > 1e-4
+    assert _chi_pvalue(obs, exact * len(out)) > 1e-4
 
 
 def test_genc_converges_with_S_on_a_tiny_model(tiny):
@@ -315,6 +340,8 @@ def test_grammar_target():
     assert len(sents) == 2 * 7 * 7 * 7 * 2 * 7
     Y = G.sample(20_000, torch.Generator().manual_seed(0))
     assert abs(G.is_toxic(Y).mean() - 0.5) < 0.02
+    assert np.exp(G.log_prob(sents.numpy())).sum() == pytest.approx(1.0)
+    assert -G.log_prob(Y.numpy()).mean() / G.n == pytest.approx(G.entropy(), abs=0.02)
     allowed = ~G.has_banned(Y)
     assert G.is_toxic(Y[torch.as_tensor(allowed)]).mean() == pytest.approx(G.exact_toxic_given_allowed(), abs=0.01)
 
@@ -334,28 +361,32 @@ def _rows(genc_tv, mask_tv, sir_tv, S_values, seeds=(0, 1, 2)):
 def test_claim_rules_can_go_either_way():
     cfg = experiment.Config.preset("ci")
     cfg = dataclasses.replace(cfg, S_values=(1, 4), sir_match=(1,))
-    pz = [dict(seed=s, genc=1.0, greedy=0.1, clash_restarts=0.5 + 0.1 * s) for s in range(3)]
+    pz = [dict(seed=s, genc=1.0, sat_mask=1.0, greedy=0.1, clash_restarts=0.5 + 0.1 * s) for s in range(3)]
     gr = [dict(seed=s, method=m, S=S, toxic=t + 0.01 * s, banned=0.0, target_toxic=0.01) for s in range(3)
-          for m, S, t in (("word banning", None, 0.3), ("Gen-C", 16, 0.05), ("Gen-C", 1, 0.4))]
+          for m, S, t in (("word banning", None, 0.3), ("Gen-C", 16, 0.05), ("Gen-C", 1, 0.02),
+                          ("word banning + SIR", 20, 0.1))]
     cfg = dataclasses.replace(cfg, lm_S=(1, 16), lm_sir_match=1)
     good = experiment.make_claims({"shidoku": _rows(lambda S: 0.3 / S, 0.5, 0.4, (1, 4)), "puzzles": pz,
                                    "grammar": gr}, cfg)
     verdict = {c["id"]: c["verdict"] for c in good}
     assert verdict["C1-closer"] == "reproduced" and verdict["C4-budget"] == "reproduced"
     assert verdict["C2-puzzles"] == "reproduced" and verdict["C3-topic"] == "reproduced"
+    assert verdict["C5-topic-budget"] == "reproduced"
     bad = experiment.make_claims({"shidoku": _rows(lambda S: 0.3 * S, 0.2, 0.1, (1, 4)),
                                   "puzzles": [dict(r, clash_restarts=1.0) for r in pz],
                                   "grammar": [dict(r, toxic=0.5) if r["method"] == "Gen-C" else r for r in gr]}, cfg)
     verdict = {c["id"]: c["verdict"] for c in bad}
     assert verdict["C1-closer"] == "not_reproduced" and verdict["C4-budget"] == "not_reproduced"
     assert verdict["C2-puzzles"] == "not_reproduced" and verdict["C3-topic"] == "not_reproduced"
+    assert verdict["C5-topic-budget"] == "not_reproduced"
 
 
 def test_tiny_run_is_deterministic():
     cfg = experiment.Config.preset("tiny")
     a, b = experiment.run(cfg), experiment.run(cfg)
     ids = {c["id"] for c in a["claims"]}
-    assert {"C1-closer", "C2-puzzles", "C3-topic", "C4-budget", "K1-valid", "K2-solved", "K3-banning"} == ids
+    assert {"C1-closer", "C2-puzzles", "C3-topic", "C4-budget", "C5-topic-budget", "K1-valid", "K2-solved",
+            "K3-banning"} == ids
     strip = lambda rows: [{k: v for k, v in r.items() if "seconds" not in k} for r in rows]
     assert strip(a["rows"]) == strip(b["rows"]) and strip(a["grammar"]) == strip(b["grammar"])
     assert all(c["verdict"] == "passed" for c in a["claims"] if c["kind"] == "check")
@@ -368,7 +399,7 @@ def test_config_rejects_bad_settings():
     with pytest.raises(ValueError, match="S must"):
         experiment.Config(S_values=(0, 4))
     with pytest.raises(ValueError, match="4x4"):
-        experiment.Config(box=(3, 3))
+        experiment.Config(box=(3, 3), puzzle_model="pairwise")
     assert experiment.plan(experiment.Config.preset("full"))[-1]["phase"] == "SmolLM2 probe"
 
 

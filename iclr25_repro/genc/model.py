@@ -123,38 +123,51 @@ class Circuit:
         return f"Circuit({self.n_vars} variables, {len(self.kinds)} nodes, {self.size} elements)"
 
     def _upward(self, wp, wn):
+        """The upward pass in log space (products of many small weights underflow in floating point): the log
+        weighted count of every node and of every element, for each batch column."""
         wp, wn = np.atleast_2d(np.asarray(wp, float).T).T, np.atleast_2d(np.asarray(wn, float).T).T
         if wp.shape[0] != self.n_vars or wn.shape != wp.shape:
             raise ValueError(f"weights must have shape (n_vars={self.n_vars}, batch), got {wp.shape} and {wn.shape}")
+        if (wp < 0).any() or (wn < 0).any() or not (wp + wn > 0).all():
+            raise ValueError("weights must be non-negative, with wp + wn > 0 for every variable")
         B = wp.shape[1]
-        gapf = np.exp(self.gap_matrix @ np.log(wp + wn))          # (n_gaps, B): product of (wp + wn) over a gap
+        with np.errstate(divide="ignore"):
+            lwp, lwn = np.log(wp), np.log(wn)
+        lgap = self.gap_matrix @ np.log(wp + wn)                      # (n_gaps, B): log prod of (wp + wn) over a gap
         val = np.empty((len(self.kinds), B))
         ev = [None] * len(self.kinds)
         for i, k in enumerate(self.kinds):
             if k == 3:
                 e = np.array(self.elements[i])
                 if len(e) == 0:
-                    val[i] = 0.0
+                    val[i] = -np.inf
                     continue
-                ev[i] = val[e[:, 0]] * gapf[e[:, 2]] * val[e[:, 1]] * gapf[e[:, 3]]
-                val[i] = ev[i].sum(0)
+                ev[i] = val[e[:, 0]] + lgap[e[:, 2]] + val[e[:, 1]] + lgap[e[:, 3]]
+                top = ev[i].max(0)
+                safe = np.where(np.isfinite(top), top, 0.0)
+                with np.errstate(divide="ignore"):
+                    val[i] = safe + np.log(np.exp(ev[i] - safe).sum(0))
             elif k == 2:
                 lit = self.lits[i]
-                val[i] = wp[lit - 1] if lit > 0 else wn[-lit - 1]
+                val[i] = lwp[lit - 1] if lit > 0 else lwn[-lit - 1]
             else:
-                val[i] = float(k)
-        return wp, wn, gapf, val, ev
+                val[i] = 0.0 if k == 1 else -np.inf
+        return wp, wn, lgap, val, ev
+
+    def log_wmc(self, wp, wn) -> np.ndarray:
+        "The log of the weighted model count for each column of the weights, shape (B,) (-inf where it is 0)."
+        _, _, lgap, val, _ = self._upward(wp, wn)
+        return val[self.root] + lgap[self.root_gap]
 
     def wmc(self, wp, wn) -> np.ndarray:
         "The weighted model count for each column of the weights, shape (B,)."
-        _, _, gapf, val, _ = self._upward(wp, wn)
-        return val[self.root] * gapf[self.root_gap]
+        return np.exp(self.log_wmc(wp, wn))
 
     def sample(self, wp, wn, rng: np.random.Generator) -> np.ndarray:
         """One model per column, drawn with probability proportional to its weight (the product of its literals'
         weights): a boolean array (B, n_vars). One upward pass, then a top-down pass choosing each decision's
-        element in proportion to its weighted count."""
-        wp, wn, gapf, val, ev = self._upward(wp, wn)
+        element in proportion to its weighted count (columns whose count is 0 get an arbitrary assignment)."""
+        wp, wn, lgap, val, ev = self._upward(wp, wn)
         B = wp.shape[1]
         x = np.zeros((B, self.n_vars), dtype=bool)
         reach = np.zeros((len(self.kinds), B), dtype=bool)
@@ -180,7 +193,8 @@ class Circuit:
             elif k == 3:
                 e = np.array(self.elements[i])
                 b = cols[r]
-                cum = np.cumsum(ev[i][:, b], 0)
+                top = np.where(np.isfinite(val[i, b]), val[i, b], 0.0)
+                cum = np.cumsum(np.exp(ev[i][:, b] - top), 0)
                 u = rng.random(len(b)) * cum[-1]
                 choice = np.minimum((cum < u[None, :]).sum(0), len(e) - 1)
                 for j in np.unique(choice):
@@ -247,6 +261,10 @@ class Constraint:
         """The probability of the constraint under the fully factorised distribution with per-position category
         probabilities theta (B, n, C), each row summing to one: one upward pass per batch column."""
         return self.circuit.wmc(*self._weights(theta))
+
+    def log_probability(self, theta) -> np.ndarray:
+        "The log of `probability`, computed in log space (-inf where the constraint has probability 0)."
+        return self.circuit.log_wmc(*self._weights(theta))
 
     def sample(self, theta, rng: np.random.Generator) -> np.ndarray:
         "Categories (B, n) drawn exactly from the factorised distribution theta conditioned on the constraint."
@@ -384,6 +402,10 @@ class SequenceModel:
     def cond_at(self, Y: torch.Tensor, i: int) -> torch.Tensor:
         "(B, V): log p(y_i = v | y_<i), reading only Y[:, :i]."
         return self.log_cond(Y)[:, i]
+
+    def top_candidates(self, Y: torch.Tensor, k: int) -> torch.Tensor:
+        "(B, n, k): the k most likely tokens of p(. | y_<i) at each position (read off the pass that scores y)."
+        return self.log_cond(Y).topk(k, -1).indices
 
     def log_prob(self, Y: torch.Tensor, chunk: int = 8192) -> torch.Tensor:
         "(B,): log p(y), the sum over positions of log p(y_i | y_<i), each conditional read one position back."
@@ -536,29 +558,44 @@ class CausalLM(SequenceModel):
         Y = torch.as_tensor(Y, dtype=torch.long)
         return Y if self.tokens is None else self.tokens[Y]
 
+    def _log_softmax(self, y: torch.Tensor, upto: int | None = None) -> torch.Tensor:
+        """On the model's device: log p(. | prompt, y_<i) for positions i < upto (default n) of a batch y (the
+        vocabulary restricted to `tokens` if given)."""
+        P = len(self.prompt)
+        upto = y.shape[1] if upto is None else upto
+        ids = torch.cat([self.prompt[None].expand(len(y), P), self.ids(y[:, :max(upto - 1, 0)])], 1).to(self.device)
+        logits = self.model(input_ids=ids, attention_mask=torch.ones_like(ids)).logits[:, P - 1:].float()
+        if self.tokens is not None:
+            logits = logits[..., self.tokens.to(logits.device)]
+        return torch.log_softmax(logits, -1)
+
+    def _batches(self, Y):
+        Y = torch.as_tensor(Y, dtype=torch.long)
+        return [Y[s:s + self.batch] for s in range(0, len(Y), self.batch)]
+
     @torch.no_grad()
     def log_cond(self, Y):
-        Y = torch.as_tensor(Y, dtype=torch.long)
-        outs = []
-        P = len(self.prompt)
-        for s in range(0, len(Y), self.batch):
-            y = self.ids(Y[s:s + self.batch])
-            ids = torch.cat([self.prompt[None].expand(len(y), P), y], 1).to(self.device)
-            ids = ids[:, :-1]
-            logits = self.model(input_ids=ids, attention_mask=torch.ones_like(ids)).logits[:, P - 1:].float()
-            if self.tokens is not None:
-                logits = logits[..., self.tokens.to(logits.device)]
-            outs.append(torch.log_softmax(logits, -1).cpu())
+        outs = [self._log_softmax(y).cpu() for y in self._batches(Y)]
         return torch.cat(outs) if outs else torch.zeros(0, self.n, self.V)
 
     @torch.no_grad()
+    def cond_at(self, Y, i):
+        "Position i's conditionals from a pass over the prompt and Y[:, :i] only."
+        outs = [self._log_softmax(y, i + 1)[:, i].cpu() for y in self._batches(Y)]
+        return torch.cat(outs) if outs else torch.zeros(0, self.V)
+
+    @torch.no_grad()
+    def top_candidates(self, Y, k):
+        outs = [self._log_softmax(y).topk(k, -1).indices.cpu() for y in self._batches(Y)]
+        return torch.cat(outs) if outs else torch.zeros(0, self.n, k, dtype=torch.long)
+
+    @torch.no_grad()
     def log_prob(self, Y, chunk: int | None = None):
-        Y = torch.as_tensor(Y, dtype=torch.long)
         out = []
-        for s in range(0, len(Y), self.batch):
-            y = Y[s:s + self.batch]
-            out.append(self.log_cond(y).gather(-1, y[..., None])[..., 0].sum(-1).double())
-        self.evaluations += len(Y)
+        for y in self._batches(Y):
+            lp = self._log_softmax(y).gather(-1, y.to(self.device)[..., None])[..., 0].sum(-1)
+            out.append(lp.double().cpu())
+        self.evaluations += len(torch.as_tensor(Y))
         return torch.cat(out) if out else torch.zeros(0, dtype=torch.float64)
 
 # %% ../../nbs/genc/02_implementation.ipynb #4ea21aa5
@@ -574,8 +611,7 @@ def local_distribution(model: SequenceModel, Y: torch.Tensor, k: int | None = No
     if k is None or k + 1 >= model.V:
         cand = torch.arange(model.V).expand(B, n, model.V).clone()
     else:
-        lc = model.log_cond(Y)
-        top = lc.topk(k, -1).indices                                   # (B, n, k)
+        top = model.top_candidates(Y, k)                               # (B, n, k)
         has = (top == Y[..., None]).any(-1)
         extra = torch.where(has, top[..., -1], Y)                       # y_i as a (k+1)-th candidate when missing
         cand = torch.cat([top, extra[..., None]], -1)
@@ -598,39 +634,42 @@ def _category_theta(constraint: Constraint, cand, theta) -> np.ndarray:
 
 # %% ../../nbs/genc/02_implementation.ipynb #e9ba02ce
 def genc_candidates(model: SequenceModel, constraint: Constraint, M: int, k: int | None,
-                    generator: torch.Generator, rng: np.random.Generator) -> dict:
-    """M Gen-C candidates: y ~ p; the local distribution around y; p~_y(alpha) by one upward pass; y~ ~ p~_y(. | alpha)
-    by the circuit's top-down pass (a category per position, then a token within its category in proportion to
-    theta); log q = log p~_y(y~ | alpha); log p = log p(y~). Where p~_y(alpha) = 0 (no candidate set of some position
-    can satisfy the constraint; possible with top-k candidates) y~ is meaningless and log w = -inf."""
-    Y, _, _ = model.sample(M, generator)
+                    generator: torch.Generator, rng: np.random.Generator, fixed: dict | None = None) -> dict:
+    """M Gen-C candidates: y ~ p (with the positions of `fixed` forced, if given: any proposal for y keeps the
+    weights below exact on the space of pairs); the local distribution around y; log p~_y(alpha) by one upward pass;
+    y~ ~ p~_y(. | alpha) by the circuit's top-down pass (a category per position, then a token within its category
+    in proportion to theta); log q = log p~_y(y~ | alpha); log p = log p(y~). Where p~_y(alpha) = 0 (no candidate
+    set of some position can satisfy the constraint; possible with top-k candidates) y~ is meaningless and
+    log w = -inf. The sampler scores y itself, so the local distribution's evaluations exclude it."""
+    Y, _, _ = model.sample(M, generator, fixed=fixed)
     cand, theta, _ = local_distribution(model, Y, k)
+    model.evaluations -= M                                              # y was scored when it was drawn
     ctheta = _category_theta(constraint, cand, theta)
-    p_alpha = constraint.probability(ctheta)                            # p~_y(alpha), (M,)
-    feasible = torch.as_tensor(p_alpha > 0)
+    log_alpha = constraint.log_probability(ctheta)                      # log p~_y(alpha), (M,)
+    feasible = torch.as_tensor(np.isfinite(log_alpha))
     cats = constraint.sample(ctheta, rng)                                # (M, n)
     cand_cats = torch.as_tensor(constraint.categories(cand.numpy()))
     w_in = theta * (cand_cats == torch.as_tensor(cats)[..., None])
     w_in[~feasible] = theta[~feasible]
     pick = torch.multinomial(w_in.reshape(-1, w_in.shape[-1]), 1, generator=generator).reshape(M, -1)
     Yt = cand.gather(-1, pick[..., None])[..., 0]
-    log_q = (torch.log(theta.gather(-1, pick[..., None])[..., 0]).sum(-1)
-             - torch.log(torch.as_tensor(p_alpha).clamp_min(1e-300)))
+    log_alpha_t = torch.as_tensor(np.where(np.isfinite(log_alpha), log_alpha, 0.0))
+    log_q = torch.log(theta.gather(-1, pick[..., None])[..., 0]).sum(-1) - log_alpha_t
     log_p = torch.full((M,), -math.inf, dtype=torch.float64)
     if feasible.any():
         log_p[feasible] = model.log_prob(Yt[feasible]).double()
     logw = torch.where(feasible, log_p - log_q, torch.tensor(-math.inf, dtype=torch.float64))
-    return {"Y": Y, "Yt": Yt, "p_alpha": p_alpha, "log_q": log_q, "log_p": log_p, "logw": logw}
+    return {"Y": Y, "Yt": Yt, "log_p_alpha": log_alpha, "log_q": log_q, "log_p": log_p, "logw": logw}
 
 # %% ../../nbs/genc/02_implementation.ipynb #c799eb3d
 def genc_sample(model: SequenceModel, constraint: Constraint, m: int, S: int = 1, k: int | None = None,
                 generator: torch.Generator | None = None, rng: np.random.Generator | None = None,
-                return_candidates: bool = False, max_rounds: int = 100):
+                return_candidates: bool = False, max_rounds: int = 100, fixed: dict | None = None):
     """m outputs of Gen-C: for each, S candidates (see `genc_candidates`) and one of them resampled in proportion to
     its importance weight w = p(y~) / p~_y(y~ | alpha). A group whose S candidates are all infeasible is drawn again
     (its model evaluations count). Every output satisfies the constraint. Returns (outputs (m, n), info: per-output
-    log-weights (m, S), p~_y(alpha) (m, S), the number of redrawn groups, and with `return_candidates` every
-    candidate's fields)."""
+    log-weights (m, S), log p~_y(alpha) (m, S), the number of redrawn groups, and with `return_candidates` every
+    candidate's fields). `fixed` forces positions of the samples y (see `genc_candidates`)."""
     if S < 1:
         raise ValueError(f"S must be at least 1, got {S}")
     if m < 1:
@@ -640,10 +679,10 @@ def genc_sample(model: SequenceModel, constraint: Constraint, m: int, S: int = 1
     todo = torch.arange(m)
     out = torch.zeros(m, constraint.n, dtype=torch.long)
     logw_all = np.full((m, S), -np.inf)
-    p_all = np.zeros((m, S))
+    p_all = np.full((m, S), -np.inf)
     kept, redrawn = [], 0
     for _ in range(max_rounds):
-        c = genc_candidates(model, constraint, len(todo) * S, k, generator, rng)
+        c = genc_candidates(model, constraint, len(todo) * S, k, generator, rng, fixed)
         logw = c["logw"].reshape(len(todo), S)
         ok = torch.isfinite(logw).any(-1)
         probs = torch.softmax(torch.where(ok[:, None], logw, torch.zeros_like(logw)), -1)
@@ -652,7 +691,7 @@ def genc_sample(model: SequenceModel, constraint: Constraint, m: int, S: int = 1
         done = todo[ok]
         out[done] = Yt[ok, choice[ok]]
         logw_all[done.numpy()] = logw[ok].numpy()
-        p_all[done.numpy()] = c["p_alpha"].reshape(len(todo), S)[ok.numpy()]
+        p_all[done.numpy()] = c["log_p_alpha"].reshape(len(todo), S)[ok.numpy()]
         if return_candidates:
             kept.append(c)
         redrawn += int((~ok).sum())
@@ -664,7 +703,7 @@ def genc_sample(model: SequenceModel, constraint: Constraint, m: int, S: int = 1
                            "increase k (or use every token as a candidate)")
     if not constraint.satisfied(constraint.categories(out.numpy())).all():
         raise AssertionError("a Gen-C output violates the constraint")
-    info = {"logw": logw_all, "p_alpha": p_all, "redrawn": redrawn}
+    info = {"logw": logw_all, "log_p_alpha": p_all, "redrawn": redrawn}
     if return_candidates:
         info |= {key: torch.cat([c[key] for c in kept]) if torch.is_tensor(kept[0][key])
                  else np.concatenate([c[key] for c in kept]) for key in kept[0]}
@@ -756,6 +795,29 @@ class TopicGrammar:
 
     def has_banned(self, Y) -> np.ndarray:
         return np.isin(np.asarray(Y), self.banned).any(-1)
+
+    def log_prob(self, Y) -> np.ndarray:
+        "The grammar's own log-probability of each sentence (-inf outside the grammar)."
+        Y = np.asarray(Y)
+        log_n, log_t = np.zeros(len(Y)), np.zeros(len(Y))
+        with np.errstate(divide="ignore"):
+            for i, slot in enumerate(TEMPLATE):
+                kinds = GRAMMAR[slot]
+                p_n = np.isin(Y[:, i], self._ids(slot, "neutral")) / len(kinds["neutral"])
+                if slot == "DET":
+                    p_t = p_n
+                else:
+                    p_t = (np.isin(Y[:, i], self._ids(slot, "banned")) * self.p_banned / len(kinds["banned"])
+                           + np.isin(Y[:, i], self._ids(slot, "unbanned")) * (1 - self.p_banned)
+                           / len(kinds["unbanned"]))
+                log_n, log_t = log_n + np.log(p_n), log_t + np.log(p_t)
+        return np.logaddexp(log_n, log_t) + np.log(0.5)
+
+    def entropy(self) -> float:
+        "The grammar's entropy in nats per token (of the n tokens after the beginning token)."
+        lp = self.log_prob(self.sentences().numpy())
+        lp = lp[np.isfinite(lp)]
+        return float(-(np.exp(lp) * lp).sum() / self.n)
 
     def exact_toxic_given_allowed(self) -> float:
         "P(toxic topic | no banned word) under the grammar itself."

@@ -463,9 +463,18 @@ def load_smollm2(device: str = "cpu", cache_dir: str | None = None):
             gguf_model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=SMOLLM2_GGUF, dtype=torch.float32)
             model = LlamaForCausalLM(gguf_model.config)
             model.load_state_dict(gguf_model.state_dict())
-            cache.mkdir(parents=True, exist_ok=True)
-            model.save_pretrained(cache)
-            tok.save_pretrained(cache)
+            # written to a private folder and renamed into place, so that a chapter loading the model at the same
+            # time never reads a half-written copy
+            import shutil
+            import tempfile
+            cache.parent.mkdir(parents=True, exist_ok=True)
+            tmp = Path(tempfile.mkdtemp(dir=cache.parent, prefix=cache.name + ".tmp"))
+            model.save_pretrained(tmp)
+            tok.save_pretrained(tmp)
+            try:
+                tmp.rename(cache)
+            except OSError:      # another process finished first (or the folder exists): keep its copy
+                shutil.rmtree(tmp, ignore_errors=True)
     finally:
         hf_logging.set_verbosity(verbosity)
         hf_logging.enable_progress_bar()
