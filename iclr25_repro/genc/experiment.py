@@ -9,6 +9,7 @@ import dataclasses
 import math
 import re
 import time
+from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -207,7 +208,7 @@ def puzzles_job(seed: int, cfg_dict: dict) -> list[dict]:
     cfg = Config(**cfg_dict)
     device = pick_device(cfg.device)
     br, bc = cfg.box
-    with one_thread() if device.type == "cpu" else _null():
+    with one_thread() if device.type == "cpu" else nullcontext():
         model, loss = _grid_model(cfg, seed, device)
         g = torch.Generator().manual_seed(10_000 + seed)
         rng = np.random.default_rng(10_000 + seed)
@@ -235,14 +236,6 @@ def puzzles_job(seed: int, cfg_dict: dict) -> list[dict]:
             row["clash_attempts"] = int(np.argmax(ok)) + 1 if ok.any() else budget
             rows.append(row)
         return rows
-
-
-class _null:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return False
 
 # %% ../../nbs/genc/03_evaluation.ipynb #fccd02c2
 def banned_log_q(lm: CausalLM, Y: torch.Tensor, bad_words_ids: list[list[int]]) -> torch.Tensor:
@@ -300,7 +293,7 @@ def grammar_job(seed: int, cfg_dict: dict) -> list[dict]:
     P(toxic | no banned word) over the grammatical sentences as the target."""
     cfg = Config(**cfg_dict)
     device = pick_device(cfg.device)
-    with one_thread() if device.type == "cpu" else _null():
+    with one_thread() if device.type == "cpu" else nullcontext():
         G = TopicGrammar(cfg.p_banned)
         t = time.perf_counter()
         gpt, loss = train_gpt2(G.sample, G.V, G.n, seed, steps=cfg.lm_steps, n_embd=cfg.lm_embd,

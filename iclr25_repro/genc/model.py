@@ -426,10 +426,10 @@ class SequenceModel:
         logq = torch.zeros(m, dtype=torch.float64)
         alive = torch.ones(m, dtype=torch.bool)
         for i in range(self.n):
-            lp = self.cond_at(Y, i).double()
-            if fixed and i in fixed:
+            if fixed and i in fixed:          # forced: no conditional needed, and q does not count it
                 Y[:, i] = fixed[i]
                 continue
+            lp = self.cond_at(Y, i).double()
             if mask_fn is not None:
                 allow = torch.as_tensor(mask_fn(Y[:, :i], i))
                 dead = ~allow.any(-1)
