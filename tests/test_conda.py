@@ -66,12 +66,12 @@ def test_csa_loss_closed_form_under_identity():
 def test_pseudo_label_rule_elementwise():
     p1, p2 = torch.softmax(torch.randn(500, 3) * 3, 1), torch.softmax(torch.randn(500, 3) * 3, 1)
     lab, conf, from_zs = pseudo_labels(p1, p2)
-    zs = p1.max(1).values > p2.max(1).values
+    zs = p1.max(1).values >= p2.max(1).values
     assert torch.equal(from_zs, zs)
     assert torch.equal(lab, torch.where(zs, p1.argmax(1), p2.argmax(1)))
     assert torch.equal(conf, torch.maximum(p1.max(1).values, p2.max(1).values))
     lab, _, from_zs = pseudo_labels(p1, p1)
-    assert not from_zs.any()  # ties go to the probe
+    assert from_zs.all()  # ties go to zero-shot, as the official argmax over (zero-shot, probe)
 
 
 def test_rcb_invariants(small):
@@ -81,7 +81,7 @@ def test_rcb_invariants(small):
     assert torch.allclose(u.norm(dim=1), torch.ones(len(phi)), atol=1e-5)
     assert torch.isclose(coherency(u, 10), u.topk(10, dim=0).values.mean())
     R, C = m.R.weight.detach(), torch.tensor(bank.C)
-    assert torch.isclose(rcb_similarity(R, C, "paper") + rcb_similarity(R, C, "code"), torch.tensor(2.0))
+    assert torch.isclose(rcb_similarity(R, C, "intended") + rcb_similarity(R, C, "code"), torch.tensor(2.0))
 
 
 def test_metrics_match_sklearn():
@@ -225,7 +225,7 @@ def test_claim_rules_follow_the_numbers():
     assert cl["C1-concept-level"]["verdict"] == "reproduced"   # CBM drops 0.4, the probe 0.05
     assert cl["C2-concept-level"]["verdict"] == "reproduced"
     assert cl["C3-LPA"]["verdict"] == "reproduced"
-    assert cl["K1-no-harm"]["verdict"] == "passed"
+    assert cl["C5-no-harm"]["verdict"] == "reproduced"
     for r in rows:
         if r["arm"] == "CONDA" and r["family"] != "none":
             r["avg"] = r["wg"] = 0.4 - 0.01 * r["seed"]
@@ -233,13 +233,50 @@ def test_claim_rules_follow_the_numbers():
     assert cl["C2-concept-level"]["verdict"] == "not_reproduced"
 
 
-def test_tiny_run(tmp_path):
+class _BagOfWords:
+    "A stub sentence encoder: the normalised sum of a fixed random vector per word (SentenceTransformer's encode)."
+
+    def __init__(self, d: int = 64):
+        self.d, self.vec = d, {}
+
+    def to(self, device):
+        return self
+
+    def encode(self, texts, batch_size=32, normalize_embeddings=True, show_progress_bar=False):
+        out = []
+        for t in texts:
+            v = np.zeros(self.d)
+            for w in t.lower().replace(",", " ").split():
+                if w not in self.vec:
+                    seed = int.from_bytes(w.encode()[:8].ljust(8, b"_"), "little") % (2 ** 32)
+                    self.vec[w] = np.random.default_rng(seed).normal(size=self.d)
+                v += self.vec[w]
+            out.append(v / max(np.linalg.norm(v), 1e-9))
+        return np.array(out, dtype=np.float32)
+
+
+class _RandomConv(torch.nn.Module):
+    "A stub image encoder: one frozen random convolution with EfficientNet-Lite0's 1280 output channels."
+
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 1280, 8, stride=8)
+
+    def extract_features(self, x):
+        return torch.relu(self.conv(x))
+
+
+def test_tiny_run_with_stub_encoders(monkeypatch, tmp_path):
+    monkeypatch.setattr(experiment, "load_text_encoder", lambda device="cpu": _BagOfWords())
+    monkeypatch.setattr(experiment, "load_image_encoder", lambda device="cpu": _RandomConv().eval())
+    monkeypatch.setattr(experiment, "cached_features", lambda key, compute, folder=None: compute())
     cfg = experiment.Config.preset("tiny")
     out = experiment.run(cfg)
     ids = {c["id"] for c in out["claims"]}
-    assert {"C1-concept-level", "C2-low-level", "C3-RCB", "C4-words", "K1-no-harm"} <= ids
+    assert {"C1-concept-level", "C2-low-level", "C3-RCB", "C4-words", "C5-no-harm", "K1-zero-steps"} <= ids
     assert all(0 <= r["avg"] <= 1 for r in out["rows"])
-    assert len(out["words"]) == 2 * cfg.n_seeds
+    assert len(out["words"]) == 3 * cfg.n_seeds
+    assert {c["id"]: c for c in out["claims"]}["K1-zero-steps"]["verdict"] == "passed"
 
 
 def test_full_smoke(tmp_path):
@@ -248,3 +285,13 @@ def test_full_smoke(tmp_path):
     doc = cli.run_experiment("conda", "full", "cpu", 0, root=tmp_path, smoke=True)
     assert {c["id"] for c in doc["claims"]} >= {"C1-low-level", "C4-words"}
     assert not (tmp_path / "book").exists()
+
+
+def test_world_job_is_deterministic(monkeypatch):
+    monkeypatch.setattr(experiment, "load_text_encoder", lambda device="cpu": _BagOfWords())
+    monkeypatch.setattr(experiment, "cached_features", lambda key, compute, folder=None: compute())
+    cfg = experiment.Config.preset("tiny")
+    cfg_dict = {f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg)}
+    a = experiment.world_job("text", 1, cfg_dict)
+    b = experiment.world_job("text", 1, cfg_dict)
+    assert a["rows"] == b["rows"] and a["words"] == b["words"]

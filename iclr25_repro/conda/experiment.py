@@ -20,11 +20,11 @@ from .model import (CONDA, ConceptBank, TentHead, adapt_stream, avg_wg, cached_f
                     pseudo_labels, train_cbm_head)
 
 # %% auto #0
-__all__ = ['BIRD_CLASSES', 'SPECIES', 'CORE', 'BACKGROUND', 'FILLER', 'TEMPLATES', 'ZS_PROMPTS', 'CORE_CONCEPTS',
-           'BACKGROUND_CONCEPTS', 'NEUTRAL_CONCEPTS', 'CORE_WORDS', 'OTHER_WORDS', 'WORDS', 'PALETTE', 'COLOUR_NAMES',
-           'STROKES', 'PAPER', 'FAMILIES', 'ALL', 'ARMS', 'TARGETED', 'typos', 'bird_sentences', 'mnist_digits',
-           'optdigits', 'colourise', 'spurious_colours', 'corrupt', 'Config', 'text_world', 'image_world', 'image_bank',
-           'world_job', 'run', 'per_seed', 'make_claims', 'plan']
+__all__ = ['BIRD_CLASSES', 'SPECIES', 'CORE', 'BACKGROUND', 'FILLER', 'TEMPLATES', 'REGISTER_TEMPLATES', 'ZS_PROMPTS',
+           'CORE_CONCEPTS', 'BACKGROUND_CONCEPTS', 'NEUTRAL_CONCEPTS', 'CORE_WORDS', 'OTHER_WORDS', 'WORDS', 'PALETTE',
+           'COLOUR_NAMES', 'STROKES', 'PAPER', 'FAMILIES', 'ALL', 'ARMS', 'TARGETED', 'TARGET_OF', 'WORLD_RULE',
+           'typos', 'bird_sentences', 'mnist_digits', 'optdigits', 'colourise', 'spurious_colours', 'corrupt', 'Config',
+           'text_world', 'image_world', 'image_bank', 'world_job', 'run', 'per_seed', 'make_claims', 'plan']
 
 # %% ../../nbs/conda/03_evaluation.ipynb #1bc4f41f
 BIRD_CLASSES = ("water bird", "land bird")
@@ -39,16 +39,21 @@ BACKGROUND = (("over the lake", "on the beach", "near the ocean", "by the river"
 FILLER = ("in the photo", "this morning", "in the picture", "today", "in soft light", "at noon", "")
 TEMPLATES = ("a {sp} that {core}, seen {bg} {fill}", "photo of a {sp} {bg}; it {core} {fill}",
              "{fill} a {sp} {bg}, it {core}", "the {sp} {core} {bg} {fill}")
+# another register of the same content (the full preset's register shift): field notes and chat
+REGISTER_TEMPLATES = ("field note: {sp} observed {bg}. behaviour: {core}.", "sighting log - species {sp}; location "
+                      "{bg}; notes: it {core}", "omg just saw a {sp} {bg}!! it literally {core} {fill}")
 ZS_PROMPTS = (("a water bird", "a bird that swims and catches fish"),
               ("a land bird", "a bird that perches in trees and eats seeds"))
 CORE_CONCEPTS = ("webbed feet", "diving for fish", "waterproof feathers", "a long fishing bill", "swimming",
                  "perching on branches", "cracking seeds", "gripping toes", "pecking insects", "singing from a twig")
 BACKGROUND_CONCEPTS = ("a lake", "a beach", "the ocean", "a river", "a forest", "a meadow", "trees", "a desert")
 NEUTRAL_CONCEPTS = ("morning light", "a photograph", "a sunny day", "bright colours", "a small animal", "feathers")
-# candidate words for naming residual concepts; the class-deciding ones (behaviours, body parts, species) are CORE_WORDS
-CORE_WORDS = ("webbed", "feet", "dives", "fish", "paddles", "waterproof", "bill", "swims", "perches", "branches",
-              "seeds", "beak", "toes", "insects", "bark", "sings", "twig", "nest") + SPECIES[0] + SPECIES[1]
-OTHER_WORDS = ("lake", "beach", "ocean", "river", "pond", "seashore", "forest", "meadow", "pine", "garden", "farm",
+# candidate words for naming residual concepts: CORE_WORDS are the words of the core concept names (removed from the
+# bank in the incomplete-bank setting); the others include the species and the sentences' other class-related words
+CORE_WORDS = ("webbed", "feet", "diving", "fish", "waterproof", "fishing", "bill", "swimming", "perching", "branches",
+              "cracking", "seeds", "gripping", "toes", "pecking", "insects", "singing", "twig")
+OTHER_WORDS = SPECIES[0] + SPECIES[1] + ("dives", "paddles", "swims", "perches", "beak", "bark", "sings", "nest",
+                                         "lake", "beach", "ocean", "river", "pond", "seashore", "forest", "meadow", "pine", "garden", "farm",
                "field", "desert", "photo", "morning", "picture", "light", "noon", "today", "soft", "car", "table",
                "music", "city", "bread", "computer", "mountain", "snow", "rain", "window", "book", "dog", "cat",
                "horse", "flower", "grass", "stone", "road", "bridge", "boat", "sky", "cloud", "sun", "moon", "night",
@@ -73,14 +78,14 @@ def typos(s: str, p: float, rng) -> str:
     return "".join(res)
 
 
-def bird_sentences(n: int, align: float, rng, typo: float = 0.0):
+def bird_sentences(n: int, align: float, rng, typo: float = 0.0, templates=TEMPLATES):
     """n sentences about a water bird (label 0) or a land bird (1): the species and a behaviour decide the class; the
     background agrees with the class with probability `align` (the spurious cue). Returns (texts, y, background)."""
     y = rng.integers(0, 2, n)
     texts, bg = [], []
     for k in y:
         b = int(k if rng.random() < align else 1 - k)
-        t = rng.choice(TEMPLATES).format(sp=rng.choice(SPECIES[k]), core=rng.choice(CORE[k]),
+        t = rng.choice(templates).format(sp=rng.choice(SPECIES[k]), core=rng.choice(CORE[k]),
                                          bg=rng.choice(BACKGROUND[b]), fill=rng.choice(FILLER))
         t = " ".join(t.split())
         texts.append(typos(t, typo, rng) if typo else t)
@@ -148,19 +153,20 @@ class Config(ScaledConfig):
     # BirdsText (the sentence encoder)
     n_text_source: int = 1000           # source training sentences (background aligned with the class w.p. align)
     n_text_test: int = 300              # held-out source sentences (no shift; also calibrate the zero-shot scores)
-    n_text_target: int = 300            # sentences per target set
+    n_text_target: int = 240            # sentences per target set
     align: float = 0.95
     typo_levels: tuple = (0.1,)         # character-noise rates of the low-level text shifts
+    register: bool = False              # a target in another register (field notes, chat)
     # ColourDigits (the image encoder)
     image_px: int = 64                  # the encoder's input size
     n_img_source: int = 600
-    n_img_test: int = 200
-    n_img_target: int = 200
+    n_img_test: int = 160
+    n_img_target: int = 160
     n_img_concept: int = 300            # concept-example images (the CAVs' positives and negatives)
     noise_levels: tuple = (0.15,)
     blur_levels: tuple = (1.2,)
     n_probes: int = 5                   # bootstrap probes whose mean stands in for zero-shot on images
-    # the CBM head (PCBM's defaults)
+    # the CBM head (PCBM's penalty; its learning rate is 1e-3)
     head_lam: float = 2e-3
     head_alpha: float = 0.99
     head_epochs: int = 20
@@ -171,7 +177,7 @@ class Config(ScaledConfig):
     lr_csa: float = 1e-2                # CSA (the official CSA-only setting; 0.1 rewrites 1280-d CAVs in a few steps)
     batch: int = 32
     n_residual: int = 5
-    rcb_sign: str = "paper"
+    rcb_sign: str = "intended"
     episodic: tuple = (False,)          # continual adaptation (the paper's); True adds episodic arms
     n_top_words: int = 5                # nearest candidate words per residual concept
     n_workers: int = 2
@@ -182,8 +188,8 @@ class Config(ScaledConfig):
             raise ValueError(f"n_seeds must be at least 2 (the claims' intervals need replicates), got {self.n_seeds}")
         if not 0.5 <= self.align <= 1:
             raise ValueError(f"align must lie in [0.5, 1], got {self.align}")
-        if self.rcb_sign not in ("paper", "code"):
-            raise ValueError(f"rcb_sign must be 'paper' or 'code', got {self.rcb_sign!r}")
+        if self.rcb_sign not in ("intended", "code"):
+            raise ValueError(f"rcb_sign must be 'intended' or 'code', got {self.rcb_sign!r}")
         if self.n_img_source // 10 <= len(STROKES) + len(PALETTE) + 1:
             raise ValueError("n_img_source must give every digit class more samples than the image bank has concepts")
 
@@ -193,7 +199,7 @@ class Config(ScaledConfig):
                      n_workers=1),
         "ci": {},
         "full": dict(n_seeds=10, n_text_source=20000, n_text_test=2000, n_text_target=5000,
-                     typo_levels=(0.02, 0.05, 0.1, 0.15, 0.2), image_px=96, n_img_source=2500, n_img_test=500,
+                     typo_levels=(0.02, 0.05, 0.1, 0.15, 0.2), register=True, image_px=96, n_img_source=2500, n_img_test=500,
                      n_img_target=500, n_img_concept=800, noise_levels=(0.15, 0.35, 0.5), blur_levels=(0.8, 1.2, 1.8),
                      episodic=(False, True), n_workers=8),
     }
@@ -207,7 +213,8 @@ class Config(ScaledConfig):
 PAPER = {"title": "CONDA: Adaptive Concept Bottleneck for Foundation Models Under Distribution Shifts",
          "arxiv": "2412.14097", "code": "https://github.com/jihyechoi77/CONDA"}
 FAMILIES = {"concept-level": "the spurious cue flipped", "low-level": "character noise, pixel noise, blur",
-            "cross-dataset": "MNIST to optdigits", "incomplete bank": "the spurious flip, core concepts removed",
+            "cross-dataset": "MNIST to optdigits", "register": "field-note and chat styles of the same content",
+            "incomplete bank": "the spurious flip, core concepts removed",
             "none": "the source's own held-out data"}
 ALL = ("csa", "lpa", "rcb")
 
@@ -234,6 +241,8 @@ def text_world(seed: int, cfg) -> dict:
          "flip": bird_sentences(cfg.n_text_target, 0.0, rng)[:2]}
     for p in cfg.typo_levels:
         w[f"typos {p:g}"] = bird_sentences(cfg.n_text_target, cfg.align, rng, typo=p)[:2]
+    if cfg.register:
+        w["register"] = bird_sentences(cfg.n_text_target, cfg.align, rng, templates=REGISTER_TEMPLATES)[:2]
     return w
 
 
@@ -289,7 +298,7 @@ def _lp(F, y, seed: int = 0, sample=None):
     return LogisticRegression(max_iter=2000, random_state=seed).fit(F, y)
 
 
-def _word_hits(R, word_emb, n_top: int) -> float:
+def _word_hits(R, word_emb, n_top: int) -> tuple[float, list]:
     """Share of class-deciding words among each residual concept's n_top nearest candidate words (|cosine| to the
     centred word embeddings: a residual score enters the head with either sign)."""
     W = word_emb - word_emb.mean(0)
@@ -346,7 +355,8 @@ def world_job(world: str, seed: int, cfg_dict: dict) -> dict:
             F = feats["flip" if target == "incomplete bank" else target]
             y = labels["flip" if target == "incomplete bank" else target]
             family = ("none" if target == "source test" else "incomplete bank" if target == "incomplete bank" else
-                      "concept-level" if "flip" in target else "cross-dataset" if target == "optdigits" else "low-level")
+                      "concept-level" if "flip" in target else "cross-dataset" if target == "optdigits" else
+                      "register" if target == "register" else "low-level")
             base = dict(world=world, seed=seed, target=target, family=family)
             p_zs = zs(F)
             p_lp = torch.tensor(lp.predict_proba(F), dtype=torch.float32)
@@ -366,30 +376,40 @@ def world_job(world: str, seed: int, cfg_dict: dict) -> dict:
             rows[-2]["from_zs"] = float(from_zs.float().mean())  # the pseudo-labels' share taken from zero-shot
             kw = dict(steps=cfg.steps, lr_csa=cfg.lr_csa, lr_lpa=cfg.lr, lr_rcb=cfg.lr, n_residual=cfg.n_residual,
                       rcb_sign=cfg.rcb_sign, seed=seed)
+            if target == "incomplete bank":  # the residual concepts at initialisation (the same seed in every arm)
+                hits0, _ = _word_hits(CONDA(bk, hd, m_, pr, **kw).R.weight.detach().numpy(), word_emb, cfg.n_top_words)
+                lp_dir = lp.coef_.reshape(-1, lp.coef_.shape[-1])
+                words.append(dict(seed=seed, sign="probe direction", hits=_word_hits(lp_dir, word_emb,
+                                                                                     cfg.n_top_words)[0],
+                                  hits_init=hits0, top=_word_hits(lp_dir, word_emb, cfg.n_top_words)[1]))
+            if target == "source test":  # zero steps: the adapted model must be the source CBM
+                still = CONDA(bk, hd, m_, pr, **dict(kw, steps=0))
+                zero_steps = float((adapt_stream(still, F, y_hat, cfg.batch, seed) == fixed["CBM"]).mean())
             for episodic in cfg.episodic:
                 for arm, comps in ARMS.items():
                     model = CONDA(bk, hd, m_, pr, components=comps, **kw)
-                    if target == "incomplete bank" and arm == "CONDA" and not episodic:
-                        hits0, _ = _word_hits(model.R.weight.detach().numpy(), word_emb, cfg.n_top_words)
                     pred = adapt_stream(model, F, y_hat, cfg.batch, seed, episodic=episodic)
                     rows.append(dict(base, arm=arm, episodic=episodic, **avg_wg(y, pred, K)))
                     if target == "incomplete bank" and arm == "CONDA" and not episodic:
                         hits, top = _word_hits(model.R.weight.detach().numpy(), word_emb, cfg.n_top_words)
                         words.append(dict(seed=seed, sign=cfg.rcb_sign, hits=hits, hits_init=hits0, top=top))
-                tent = TentHead(bk, hd, steps=cfg.steps, lr=cfg.lr)
+                tent = TentHead(bk, hd)  # TENT's own settings: one Adam step at 1e-3 per batch
                 rows.append(dict(base, arm="TENT", episodic=episodic,
                                  **avg_wg(y, adapt_stream(tent, F, y_hat, cfg.batch, seed, episodic=episodic), K)))
-                oracle = CONDA(bk, hd, m_, pr, components=("lpa",), **kw)
+                oracle = CONDA(bk, hd, m_, pr, components=("lpa",), **dict(kw, lpa_reg=0.0))
                 rows.append(dict(base, arm="oracle LPA", episodic=episodic,
                                  **avg_wg(y, adapt_stream(oracle, F, y, cfg.batch, seed, episodic=episodic), K)))
+                free = CONDA(bk, hd, m_, pr, components=ALL, **dict(kw, lpa_reg=0.0))
+                rows.append(dict(base, arm="CONDA, LPA unpenalised", episodic=episodic,
+                                 **avg_wg(y, adapt_stream(free, F, y_hat, cfg.batch, seed, episodic=episodic), K)))
             if target == "incomplete bank":
-                other = "code" if cfg.rcb_sign == "paper" else "paper"
+                other = "code" if cfg.rcb_sign == "intended" else "intended"
                 model = CONDA(bk, hd, m_, pr, components=ALL, **dict(kw, rcb_sign=other))
                 pred = adapt_stream(model, F, y_hat, cfg.batch, seed)
                 rows.append(dict(base, arm=f"CONDA ({other} sign)", episodic=False, **avg_wg(y, pred, K)))
                 hits, top = _word_hits(model.R.weight.detach().numpy(), word_emb, cfg.n_top_words)
                 words.append(dict(seed=seed, sign=other, hits=hits, hits_init=hits0, top=top))
-    return {"rows": rows, "words": words, "chance": len(CORE_WORDS) / len(WORDS)}
+    return {"rows": rows, "words": words, "chance": len(CORE_WORDS) / len(WORDS), "zero_steps": zero_steps}
 
 
 def run(cfg: Config) -> dict:
@@ -401,8 +421,9 @@ def run(cfg: Config) -> dict:
     done = map_jobs(world_job, jobs, cfg.n_workers, desc="worlds")
     rows = [r for d in done for r in d["rows"]]
     words = [w for d in done for w in d["words"]]
-    return {"rows": rows, "words": words, "chance": done[0]["chance"], "seeds": seeds,
-            "claims": make_claims(rows, words, seeds, cfg), "device": workers_device(device, cfg.n_workers)}
+    zero = [d["zero_steps"] for d in done]
+    return {"rows": rows, "words": words, "chance": done[0]["chance"], "seeds": seeds, "zero_steps": zero,
+            "claims": make_claims(rows, words, seeds, cfg, zero), "device": workers_device(device, cfg.n_workers)}
 
 # %% ../../nbs/conda/03_evaluation.ipynb #e6c54010
 def per_seed(rows, seeds, metric: str = "avg", **match) -> np.ndarray:
@@ -429,91 +450,124 @@ def _fmt(d: dict) -> str:
 
 
 TARGETED = {"low-level": "CSA", "concept-level": "LPA", "incomplete bank": "RCB"}
+TARGET_OF = {"CSA": "low-level shift", "LPA": "concept-level shift", "RCB": "an incomplete concept bank"}
 
 
-def make_claims(rows, words, seeds, cfg) -> list[dict]:
+def _by_world(rows, seeds, fam: str, ours, base, metric: str = "avg") -> dict:
+    "Per world the family has: the paired t interval of ours - base, where `ours`/`base` map a world to match fields."
+    worlds = sorted({r["world"] for r in rows if r["family"] == fam})
+    return {w: paired_interval(per_seed(rows, seeds, metric, family=fam, world=w, **ours),
+                               per_seed(rows, seeds, metric, family=fam, world=w, **base), method="t",
+                               of=f"{w} world") for w in worlds}
+
+
+def _agree(per_world: dict) -> tuple[bool, bool, str]:
+    "Reproduced if every world's interval lies above 0, partial if every world's estimate does; and the words."
+    words = "; ".join(f"{w} {_fmt(iv)}" for w, iv in per_world.items())
+    return (all(iv["lo"] > 0 for iv in per_world.values()), all(iv["estimate"] > 0 for iv in per_world.values()),
+            f"per world: {words}")
+
+
+WORLD_RULE = ("Paired over seeds, in every world the family has (text, image): reproduced if the 95% t interval of {d} "
+              "lies above 0 in every world; partial if every world's estimate does; otherwise not reproduced. The "
+              "interval shown pools the worlds.")
+
+
+def make_claims(rows, words, seeds, cfg, zero_steps=()) -> list[dict]:
     "The claims and checks from the rows of every world and seed."
     n = len(seeds)
     claims = []
-    shifted = [f for f in ("concept-level", "low-level", "cross-dataset") if any(r["family"] == f for r in rows)]
+    shifted = [f for f in ("concept-level", "low-level", "cross-dataset", "register")
+               if any(r["family"] == f for r in rows)]
     for fam in shifted:
+        worlds = sorted({r["world"] for r in rows if r["family"] == fam})
+        drop = lambda arm, w: (per_seed(rows, seeds, arm=arm, family="none", world=w)
+                               - per_seed(rows, seeds, arm=arm, family=fam, world=w))
+        per_world = {w: paired_interval(drop("CBM", w), drop("linear probe", w), method="t", of=f"{w} world")
+                     for w in worlds}
         d_cbm, d_lp = _drop(rows, seeds, "CBM", fam), _drop(rows, seeds, "linear probe", fam)
-        iv = paired_interval(d_cbm, d_lp, method="t", of=f"mean over {n} seeds of drop(CBM) - drop(linear probe), "
-                                                          f"{fam} shift")
+        iv = paired_interval(d_cbm, d_lp, method="t", of=f"mean over {n} seeds and the worlds of drop(CBM) - "
+                                                          f"drop(linear probe), {fam} shift")
+        rep, part, note = _agree(per_world)
         claims.append(claim(
             f"C1-{fam}", f"Under {fam} shift ({FAMILIES[fam]}), a concept bottleneck on the frozen features loses more "
             "accuracy than the linear probe on the same features.",
             f"drop in AVG from the source's held-out data to the {fam} targets, CBM", paper=None,
             ours=float(d_cbm.mean()), baseline=float(d_lp.mean()), interval=iv,
-            rule="Paired over seeds: reproduced if the 95% t interval of drop(CBM) - drop(linear probe) lies above 0; "
-                 "partial if its estimate does; otherwise not reproduced.",
-            reproduced=iv["lo"] > 0, partial=iv["estimate"] > 0))
+            rule=WORLD_RULE.format(d="drop(CBM) - drop(linear probe)"), reproduced=rep, partial=part, note=note))
     for fam in shifted:
         c, b = per_seed(rows, seeds, arm="CONDA", family=fam), per_seed(rows, seeds, arm="CBM", family=fam)
-        cw, bw = per_seed(rows, seeds, "wg", arm="CONDA", family=fam), per_seed(rows, seeds, "wg", arm="CBM", family=fam)
         pl = per_seed(rows, seeds, arm="pseudo-labels", family=fam)
-        iv = paired_interval(c, b, method="t", of=f"mean over {n} seeds of AVG(CONDA) - AVG(CBM), {fam} targets")
-        ivw = paired_interval(cw, bw, method="t", of=f"WG(CONDA) - WG(CBM), {fam} targets")
+        iv = paired_interval(c, b, method="t", of=f"mean over {n} seeds and the worlds of AVG(CONDA) - AVG(CBM), "
+                                                  f"{fam} targets")
+        ra, pa, na = _agree(_by_world(rows, seeds, fam, dict(arm="CONDA"), dict(arm="CBM")))
+        rw, pw, nw = _agree(_by_world(rows, seeds, fam, dict(arm="CONDA"), dict(arm="CBM"), "wg"))
         claims.append(claim(
             f"C2-{fam}", f"CONDA's test-time adaptation raises the CBM's target AVG and WG under {fam} shift "
-            "(paper: by up to 28 points across its data sets).", f"target AVG of CBM + CONDA ({fam})",
+            "(paper: by up to 28% across its data sets).", f"target AVG of CBM + CONDA ({fam})",
             paper=None, ours=float(c.mean()), baseline=float(b.mean()), interval=iv,
-            rule="Paired over seeds: reproduced if the 95% t intervals of CONDA - CBM in both AVG and WG lie above 0; "
-                 "partial if both estimates do; otherwise not reproduced.",
-            reproduced=iv["lo"] > 0 and ivw["lo"] > 0, partial=iv["estimate"] > 0 and ivw["estimate"] > 0,
-            note=f"WG difference {_fmt(ivw)}; pseudo-label AVG {pl.mean():.3f}, CONDA AVG {c.mean():.3f}"))
+            rule=WORLD_RULE.format(d="CONDA - CBM, in AVG and in WG alike"), reproduced=ra and rw,
+            partial=pa and pw, note=f"AVG {na}. WG {nw}. Pseudo-label AVG {pl.mean():.3f}, CONDA AVG {c.mean():.3f}"))
     for fam, comp in TARGETED.items():
         if not any(r["family"] == fam for r in rows):
             continue
         full, minus = per_seed(rows, seeds, arm="CONDA", family=fam), per_seed(rows, seeds, arm=f"CONDA - {comp}",
                                                                                  family=fam)
-        alone, cbm = per_seed(rows, seeds, arm=comp, family=fam), per_seed(rows, seeds, arm="CBM", family=fam)
-        iv = paired_interval(full, minus, method="t", of=f"mean over {n} seeds of AVG(CONDA) - AVG(CONDA without "
-                                                          f"{comp}), {fam} targets")
-        ia = paired_interval(alone, cbm, method="t", of=f"AVG(CBM + {comp} alone) - AVG(CBM)")
+        iv = paired_interval(full, minus, method="t", of=f"mean over {n} seeds and the worlds of AVG(CONDA) - "
+                                                          f"AVG(CONDA without {comp}), {fam} targets")
+        rep, part, note = _agree(_by_world(rows, seeds, fam, dict(arm="CONDA"), dict(arm=f"CONDA - {comp}")))
+        _, _, alone = _agree(_by_world(rows, seeds, fam, dict(arm=comp), dict(arm="CBM")))
         claims.append(claim(
-            f"C3-{comp}", f"{comp} is the component for {fam} shift: removing it from CONDA lowers the target AVG.",
-            f"target AVG of CONDA ({fam})", paper=None, ours=float(full.mean()), baseline=float(minus.mean()),
-            interval=iv, rule=f"Paired over seeds: reproduced if the 95% t interval of AVG(CONDA) - AVG(CONDA without "
-                              f"{comp}) lies above 0; partial if its estimate does; otherwise not reproduced.",
-            reproduced=iv["lo"] > 0, partial=iv["estimate"] > 0,
-            note=f"{comp} alone on the CBM: {_fmt(ia)}"))
+            f"C3-{comp}", f"{comp} is the component for {TARGET_OF[comp]}: removing it from CONDA lowers the target "
+            "AVG.", f"target AVG of CONDA ({fam})", paper=None, ours=float(full.mean()), baseline=float(minus.mean()),
+            interval=iv, rule=WORLD_RULE.format(d=f"AVG(CONDA) - AVG(CONDA without {comp})"),
+            reproduced=rep, partial=part, note=f"{note}. {comp} alone minus the CBM, {alone}"))
     main = [w for w in words if w["sign"] == cfg.rcb_sign]
     if main:
         h, h0 = np.array([w["hits"] for w in main]), np.array([w["hits_init"] for w in main])
-        other = [w["hits"] for w in words if w["sign"] != cfg.rcb_sign]
-        iv = paired_interval(h, h0, method="t", of=f"mean over {n} seeds of the class-deciding share of the residual "
-                                                    "concepts' nearest words, adapted - initial")
+        other = [w["hits"] for w in words if w["sign"] not in (cfg.rcb_sign, "probe direction")]
+        probe = [w["hits"] for w in words if w["sign"] == "probe direction"]
+        iv = paired_interval(h, h0, method="t", of=f"mean over {n} seeds of the share of removed concepts' words among "
+                                                    "the residual concepts' nearest words, adapted - initial")
         claims.append(claim(
             "C4-words", "With the core concepts removed from the bank, the residual concepts CONDA learns point at "
-            "them: their nearest words are class-deciding words.",
-            f"share of class-deciding words among the {cfg.n_top_words} nearest candidate words per residual concept",
-            paper=None, ours=float(h.mean()), baseline=float(h0.mean()), interval=iv,
+            "them: their nearest words are words of the removed concept names.",
+            f"share of the removed core concepts' words among the {cfg.n_top_words} nearest candidate words per "
+            "residual concept", paper=None, ours=float(h.mean()), baseline=float(h0.mean()), interval=iv,
             rule="Paired over seeds: reproduced if the 95% t interval of the share after adaptation minus the share of "
                  "the same residual concepts at initialisation lies above 0; partial if its estimate does; otherwise "
                  "not reproduced.", reproduced=iv["lo"] > 0, partial=iv["estimate"] > 0,
-            note=f"chance {len(CORE_WORDS) / len(WORDS):.3f}; the other cosine sign: "
-                 f"{np.mean(other) if other else float('nan'):.3f}"))
+            note=f"chance {len(CORE_WORDS) / len(WORDS):.3f}; the official code's cosine sign "
+                 f"{np.mean(other) if other else float('nan'):.3f}; the linear probe's weight vector "
+                 f"{np.mean(probe) if probe else float('nan'):.3f}"))
+    per_world = _by_world(rows, seeds, "none", dict(arm="CONDA"), dict(arm="CBM"))
+    worst = min(per_world.values(), key=lambda iv: iv["lo"])
     c0, b0 = per_seed(rows, seeds, arm="CONDA", family="none"), per_seed(rows, seeds, arm="CBM", family="none")
-    harm = float(np.mean(c0 - b0))
-    claims.append(check("K1-no-harm", "Without shift (the target is the source's held-out data), CONDA moves the "
-                        "CBM's AVG by at most a point.", "AVG(CONDA) - AVG(CBM), source held-out data, mean over seeds",
-                        ours=harm, passed=abs(harm) <= 0.01, rule="Passes if |mean difference| <= 0.01."))
-    gaps = [float((per_seed(rows, seeds, arm="oracle LPA", family=f) - per_seed(rows, seeds, arm="LPA", family=f)).mean())
-            for f in shifted]
-    claims.append(check("K2-oracle", "LPA with the true target labels (the oracle head) is at least as accurate as "
-                        "LPA with pseudo-labels on every shift family.",
-                        "smallest mean AVG(oracle LPA) - AVG(LPA) over the shift families", ours=min(gaps),
-                        passed=min(gaps) >= 0, rule="Passes if the smallest gap is >= 0."))
+    claims.append(claim(
+        "C5-no-harm", "Without shift (the target is the source's held-out data), CONDA costs the CBM at most a point of "
+        "AVG.", "AVG of CBM + CONDA, source held-out data", paper=None, ours=float(c0.mean()), baseline=float(b0.mean()),
+        interval=worst, rule="Paired over seeds, per world: reproduced if the 95% t interval of AVG(CONDA) - AVG(CBM) "
+        "lies above -0.01 in every world; partial if every world's estimate does; otherwise not reproduced. The "
+        "interval shown is the world with the lowest bound.",
+        reproduced=all(iv["lo"] > -0.01 for iv in per_world.values()),
+        partial=all(iv["estimate"] > -0.01 for iv in per_world.values()),
+        note="per world: " + "; ".join(f"{w} {_fmt(iv)}" for w, iv in per_world.items())))
+    if len(zero_steps):
+        claims.append(check("K1-zero-steps", "With zero adaptation steps, CONDA (all three components, the residual "
+                            "head at zero) predicts exactly as the source CBM.", "smallest share of equal predictions "
+                            "over worlds and seeds, source held-out data", ours=float(min(zero_steps)),
+                            passed=min(zero_steps) == 1.0, rule="Passes if every prediction is equal."))
     return claims
 
 
 def plan(cfg: Config) -> list[dict]:
     "The jobs of a run."
-    return [dict(phase="BirdsText (all-MiniLM-L6-v2)", jobs=cfg.n_seeds, source=cfg.n_text_source,
-                 targets=f"flip, typos {', '.join(map(str, cfg.typo_levels))}, incomplete bank", per_target=cfg.n_text_target),
-            dict(phase="ColourDigits (EfficientNet-Lite0)", jobs=cfg.n_seeds, px=cfg.image_px, source=cfg.n_img_source,
+    return [dict(phase="BirdsText (all-MiniLM-L6-v2)", jobs=str(cfg.n_seeds), source=str(cfg.n_text_source),
+                 targets=f"flip, typos {', '.join(map(str, cfg.typo_levels))}{', register' if cfg.register else ''}, "
+                         "incomplete bank", per_target=str(cfg.n_text_target)),
+            dict(phase="ColourDigits (EfficientNet-Lite0)", jobs=str(cfg.n_seeds), px=str(cfg.image_px),
+                 source=str(cfg.n_img_source),
                  targets=f"colour flip, noise {', '.join(map(str, cfg.noise_levels))}, blur "
-                         f"{', '.join(map(str, cfg.blur_levels))}, optdigits", per_target=cfg.n_img_target),
-            dict(phase="arms per target", arms=len(ARMS) + 6, steps=cfg.steps, lr=cfg.lr, batch=cfg.batch,
-                 episodic=", ".join(map(str, cfg.episodic)))]
+                         f"{', '.join(map(str, cfg.blur_levels))}, optdigits", per_target=str(cfg.n_img_target)),
+            dict(phase="arms per target", arms=str(len(ARMS) + 7), steps=str(cfg.steps), lr=str(cfg.lr),
+                 batch=str(cfg.batch), episodic=", ".join(map(str, cfg.episodic)))]

@@ -49,9 +49,6 @@ def load_image_encoder(device="cpu"):
 
 
 @torch.inference_mode()
-
-
-@torch.inference_mode()
 def encode_images(images, encoder=None, size: int = 64, batch_size: int = 256) -> np.ndarray:
     """Unit-norm pooled EfficientNet-Lite0 features (N, 1280) of RGB `images` (N, H, W, 3) with values in [0, 1]:
     resized to `size` pixels, scaled to [-1, 1], the last feature map averaged over space."""
@@ -211,14 +208,14 @@ def elastic_net(params, alpha: float = 0.99) -> torch.Tensor:
 # %% ../../nbs/conda/02_implementation.ipynb #bfb3e3e9
 def pseudo_labels(p_zs, p_lp):
     """The pseudo-label rule: per sample, the prediction of whichever of the zero-shot (`p_zs`, (N, K)) and
-    linear-probe (`p_lp`) class probabilities is more confident (higher maximum; ties go to the probe, as in the
-    official code). Returns (labels, confidence, from_zs)."""
+    linear-probe (`p_lp`) class probabilities is more confident (higher maximum; ties go to zero-shot, as the
+    official code's argmax over (zero-shot, probe) does). Returns (labels, confidence, from_zs)."""
     p_zs, p_lp = _as_tensor(p_zs), _as_tensor(p_lp)
     if p_zs.shape != p_lp.shape or p_zs.ndim != 2:
         raise ValueError(f"p_zs and p_lp must both be (N, K), got {tuple(p_zs.shape)} and {tuple(p_lp.shape)}")
     c_zs, y_zs = p_zs.max(1)
     c_lp, y_lp = p_lp.max(1)
-    use_zs = c_zs > c_lp
+    use_zs = c_zs >= c_lp
     return torch.where(use_zs, y_zs, y_lp), torch.where(use_zs, c_zs, c_lp), use_zs
 
 
@@ -231,8 +228,8 @@ def avg_wg(y, pred, n_classes: int) -> dict:
 
 def fit_temperature(logits, y, grid=None) -> float:
     """Temperature scaling on labelled (source) data: the T > 0 minimising the NLL of softmax(logits / T), searched
-    on a log grid (the zero-shot scores and the probe are calibrated on the source before their confidences are
-    compared)."""
+    on a log grid (the evaluation calibrates the zero-shot scores with it; the probe keeps scikit-learn's
+    probabilities)."""
     z = _as_tensor(logits).double()
     y = torch.as_tensor(np.asarray(y), dtype=torch.long)
     grid = np.geomspace(1e-4, 1e2, 121) if grid is None else np.asarray(grid)
@@ -275,17 +272,18 @@ def _mean_offdiag_cos(A) -> torch.Tensor:
     return (G.sum() - G.diagonal().sum()) / max(r * (r - 1), 1)
 
 
-def rcb_similarity(R, C, sign: str = "paper") -> torch.Tensor:
-    """The residual concepts' similarity term. "paper": mean cos(R_i, R_j) + mean cos(R_i, C_k), minimised, so that
-    residual concepts differ from each other and from the bank (the stated intent); "code": the official code's
+def rcb_similarity(R, C, sign: str = "intended") -> torch.Tensor:
+    """The residual concepts' similarity term. "intended": mean cos(R_i, R_j) + mean cos(R_i, C_k), minimised, so that
+    residual concepts differ from each other and from the bank (the intent the official code's comment states; the
+    paper's equation could not be read); "code": the official code's
     (1 - mean cos(R_i, R_j)) + (1 - mean cos(R_i, C_k)), whose minimum pulls them together."""
     cross = (F.normalize(R, dim=1) @ F.normalize(C, dim=1).T).mean()
     within = _mean_offdiag_cos(R)
-    if sign == "paper":
+    if sign == "intended":
         return within + cross
     if sign == "code":
         return (1 - within) + (1 - cross)
-    raise ValueError(f"sign must be 'paper' or 'code', got {sign!r}")
+    raise ValueError(f"sign must be 'intended' or 'code', got {sign!r}")
 
 
 class CONDA(nn.Module):
@@ -295,21 +293,22 @@ class CONDA(nn.Module):
     to the next batch (continual adaptation). `components` picks which of "csa", "lpa", "rcb" run."""
 
     def __init__(self, bank: ConceptBank, head: nn.Linear, mu, prec, components=("csa", "lpa", "rcb"),
-                 steps: int = 20, lr_csa: float = 1e-2, lr_lpa: float = 1e-2, lr_rcb: float = 0.1, n_residual: int = 5,
+                 steps: int = 20, lr_csa: float = 1e-2, lr_lpa: float = 0.1, lr_rcb: float = 0.1, n_residual: int = 5,
                  w_in: float = 3.0, w_frob: float = 0.1, coh_k: int = 10, w_coh: float = 0.1, w_sim: float = 1.0,
-                 rcb_sign: str = "paper", seed: int = 0):
+                 rcb_sign: str = "intended", lpa_reg: float | None = None, seed: int = 0):
         super().__init__()
         unknown = set(components) - {"csa", "lpa", "rcb"}
         if unknown:
             raise ValueError(f"components must be among 'csa', 'lpa', 'rcb', got {sorted(unknown)}")
         if head.in_features != bank.m:
             raise ValueError(f"the head takes {head.in_features} scores but the bank has {bank.m} concepts")
-        if rcb_sign not in ("paper", "code"):
-            raise ValueError(f"rcb_sign must be 'paper' or 'code', got {rcb_sign!r}")
+        if rcb_sign not in ("intended", "code"):
+            raise ValueError(f"rcb_sign must be 'intended' or 'code', got {rcb_sign!r}")
         if steps < 0:
             raise ValueError(f"steps must be >= 0, got {steps}")
         self.components, self.steps, self.rcb_sign = tuple(components), steps, rcb_sign
         self.w_in, self.w_frob, self.coh_k, self.w_coh, self.w_sim = w_in, w_frob, coh_k, w_coh, w_sim
+        self.lpa_reg = 1 / (head.out_features * bank.m) if lpa_reg is None else lpa_reg  # official: 1 / (K m)
         self.C = nn.Parameter(torch.tensor(bank.C))
         self.b = nn.Parameter(torch.tensor(bank.b))
         self.register_buffer("C_src", torch.tensor(bank.C))
@@ -351,7 +350,7 @@ class CONDA(nn.Module):
         if part == "lpa":
             with torch.no_grad():
                 s = self.scores(phi)
-            reg = elastic_net(self.head.parameters()) / (K * self.C.shape[0])
+            reg = self.lpa_reg * elastic_net(self.head.parameters())
             return F.cross_entropy(self.head(s), y_hat) + reg
         with torch.no_grad():
             base = self.head(self.scores(phi))
@@ -403,9 +402,10 @@ def adapt_stream(model, phi, y_hat, batch_size: int = 32, seed: int = 0, episodi
 
 class TentHead(nn.Module):
     """The test-time entropy-minimisation baseline (TENT-style, for a linear head): the CBM head's parameters take
-    `steps` Adam steps per target batch on the mean prediction entropy; no pseudo-labels."""
+    `steps` Adam steps per target batch on the mean prediction entropy; no pseudo-labels. Defaults: TENT's own
+    (one step per batch, Adam at 1e-3)."""
 
-    def __init__(self, bank: ConceptBank, head: nn.Linear, steps: int = 20, lr: float = 1e-2):
+    def __init__(self, bank: ConceptBank, head: nn.Linear, steps: int = 1, lr: float = 1e-3):
         super().__init__()
         self.C, self.b = torch.tensor(bank.C), torch.tensor(bank.b)
         self.head = copy.deepcopy(head).requires_grad_(True)
