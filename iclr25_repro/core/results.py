@@ -22,8 +22,8 @@ import numpy as np
 # %% auto #0
 __all__ = ['KINDS', 'VERDICTS', 'CHECK_VERDICTS', 'PAPER_TESTS', 'RESULT_SCALES', 'INTERVAL_SCHEMA', 'CLAIM_SCHEMA',
            'CHECK_SCHEMA', 'RESULTS_SCHEMA', 'INTERVAL_METHODS', 'AUTO_BOOTSTRAP_MIN', 'verdict_from', 'claim', 'check',
-           'mean_interval', 'paired_interval', 'decide', 'repo_root', 'results_path', 'environment', 'validate_results',
-           'make_results', 'save_results', 'load_results', 'fmt', 'fmt_interval', 'claims_markdown']
+           'mean_interval', 'paired_interval', 'decide', 'per_seed', 'repo_root', 'results_path', 'environment',
+           'validate_results', 'make_results', 'save_results', 'load_results', 'fmt', 'fmt_interval', 'claims_markdown']
 
 # %% ../../nbs/core/02_results.ipynb #184ab492
 KINDS = ("claim", "check")
@@ -256,6 +256,17 @@ def decide(interval: dict, threshold: float = 0.0, better: str = "higher") -> di
     sign = 1.0 if better == "higher" else -1.0
     edge = interval["lo"] if better == "higher" else interval["hi"]
     return {"reproduced": bool(sign * (edge - threshold) > 0), "partial": bool(sign * (interval["estimate"] - threshold) > 0)}
+
+# %% ../../nbs/core/02_results.ipynb #abb6421c
+def per_seed(rows: list[dict], seeds, metric: str, **match) -> np.ndarray:
+    "One number per seed, in the order of `seeds`: `metric` of the one row whose `seed` and fields equal `match`."
+    out = []
+    for s in seeds:
+        v = [r[metric] for r in rows if r.get("seed") == s and all(r.get(k) == x for k, x in match.items())]
+        if len(v) != 1:
+            raise ValueError(f"expected one row with {match} for seed {s}, found {len(v)}")
+        out.append(float(v[0]))
+    return np.array(out)
 
 # %% ../../nbs/core/02_results.ipynb #de60cfe1
 def repo_root(start: str | Path | None = None) -> Path:

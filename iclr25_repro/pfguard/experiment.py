@@ -12,7 +12,7 @@ from typing import ClassVar
 import numpy as np
 import torch
 
-from ..core.results import check, claim, paired_interval
+from ..core.results import check, claim, paired_interval, per_seed
 from ..core.runtime import ScaledConfig, map_jobs, one_thread, pick_device, workers_device
 from .model import (Arm, DPMixture, GSWGAN, adult_arrays, balanced_ratios, cell_utility, dpsgd_epsilon,
                     duplicate_then_partition, estimate_ratios, fairness_discrepancy, frechet_distance, group_ids, gswgan_epsilon,
@@ -25,7 +25,7 @@ PAPER = {"title": "PFGuard: A Generative Framework with Privacy and Fairness Saf
 # %% auto #0
 __all__ = ['PAPER', 'CENTRES', 'ARMS', 'DP_ORDERS', 'UTILITY_TOLERANCE', 'ACCURACY_TOLERANCE', 'blobs', 'blob_groups',
            'adult_world', 'digits_world', 'world_data', 'Config', 'make_arms', 'downstream', 'world_job', 'dpsgd_job',
-           'run', 'per_seed', 'make_claims', 'plan']
+           'run', 'make_claims', 'plan']
 
 # %% ../../nbs/pfguard/03_evaluation.ipynb #60d1c5ce
 CENTRES = np.array([[-1.0, 1.0], [-1.0, -1.0], [1.0, 1.0], [1.0, -1.0]])  # cell y * 2 + z: class by x, group by y
@@ -304,17 +304,6 @@ def run(cfg: Config) -> dict:
             "device": workers_device(device, cfg.n_workers)}
 
 # %% ../../nbs/pfguard/03_evaluation.ipynb #58d30993
-def per_seed(rows, seeds, metric: str, **match) -> np.ndarray:
-    "One number per seed: `metric` of the row whose fields equal `match`."
-    out = []
-    for s in seeds:
-        v = [r[metric] for r in rows if r["seed"] == s and all(r.get(k) == x for k, x in match.items())]
-        if len(v) != 1:
-            raise ValueError(f"expected one row with {match} for seed {s}, found {len(v)}")
-        out.append(float(v[0]))
-    return np.array(out)
-
-
 UTILITY_TOLERANCE = 1.25   # PFGuard's per-cell distance to real data may be at most 25% above the base's
 ACCURACY_TOLERANCE = 0.02  # downstream accuracy may be at most 2 points below the base's
 
