@@ -263,7 +263,7 @@ def make_claims(rows, seeds, cfg) -> list[dict]:
     iv = paired_interval(rk, ext, method="t", of=f"accuracy(internal) - accuracy(external), {T} frames")
     out.append(claim(
         "C2-external", f"At {T} frames ReKV's internal retrieval is at least as accurate as external retrieval.",
-        "accuracy", paper=50.0, ours=float(rk.mean()), baseline=float(ext.mean()), interval=iv,
+        "accuracy", paper=50.0, paper_tests="direction", ours=float(rk.mean()), baseline=float(ext.mean()), interval=iv,
         rule=f"Non-inferiority, paired over seeds: reproduced if the 95% t interval of accuracy(internal) - "
              f"accuracy(external) lies above -{EXTERNAL_MARGIN}; partial if its estimate does; otherwise not reproduced.",
         reproduced=iv["lo"] > -EXTERNAL_MARGIN, partial=iv["estimate"] > -EXTERNAL_MARGIN,
