@@ -1,0 +1,228 @@
+"""Tests of iclr25_repro.kare: the ICD loader, the world's invariants, the clustering against the synonym groups,
+Leiden's cap, Algorithm 1 (vectorised against the literal loop, the beta = 1 / lambda = 0 reduction, the decay, empty
+patients), the metrics against scikit-learn, bad inputs, determinism, the claims' rules on altered rows, a tiny run
+and the full preset's smoke run."""
+import dataclasses
+
+import numpy as np
+import pytest
+
+from iclr25_repro.core import cli
+from iclr25_repro.kare import experiment
+from iclr25_repro.kare.model import (MECHANISMS, OUTCOME_WORDS, THEMES, KARERetriever, all_surfaces, binary_metrics,
+                                     best_threshold, build_communities, build_kg, cluster_names, dense_retrieve,
+                                     embedding_table, icd_categories, make_cohort, make_world, patient_graphs,
+                                     patient_text, pick_precision, redundancy)
+
+
+@pytest.fixture(scope="module")
+def setup():
+    table = embedding_table(all_surfaces(8))
+    world = make_world(0, n_codes=60, pool_per_chapter=8)
+    kg = build_kg(world, table)
+    comms = build_communities(kg, table, runs=2, seed=0)
+    cohort = make_cohort(world, 300, seed=0)
+    graphs = patient_graphs(cohort, kg, world, table)
+    theme = np.stack([table[t] for t in THEMES["mortality"]])
+    return table, world, kg, comms, cohort, graphs, theme
+
+
+def test_icd_loader():
+    cats = icd_categories(("9",))
+    codes = {c["code"] for c in cats}
+    assert "I21" in codes and all(c["code"].startswith("I") for c in cats)
+    mi = next(c for c in cats if c["code"] == "I21")
+    assert mi["name"] == "Acute myocardial infarction" and mi["block"] == "I20-I25"
+    assert not any(w in c["name"].lower() for c in icd_categories() for w in OUTCOME_WORDS)
+
+
+def test_world_and_cohort_invariants(setup):
+    _, world, kg, _, cohort, _, _ = setup
+    chapters = {m: MECHANISMS[m][1] for m in range(len(MECHANISMS))}
+    assert all(chapters[m] == c["chapter"] for c, ls in zip(world.codes, world.links) for m in ls)
+    assert len({c["code"] for c in world.codes}) == world.n_codes
+    assert np.bincount(cohort.split).tolist() == [240, 30, 30]
+    for p, vs in enumerate(cohort.visits):
+        assert 1 <= len(vs) <= 4 and all(3 <= len(v) <= 8 for v in vs)
+        assert all(w not in patient_text(world, vs).lower() for w in OUTCOME_WORDS)
+    # the mortality risk set is the severe mechanisms behind the last visit's codes
+    p = 0
+    last = {m for c in cohort.visits[p][-1] for m in world.links[c]}
+    assert cohort.risk["mortality"][p] == {m for m in last if world.severe[m]}
+    big = make_cohort(world, 4000, seed=1)
+    assert abs(big.labels["mortality"].mean() - 0.10) < 0.03 and abs(big.labels["readmission"].mean() - 0.35) < 0.04
+
+
+def test_clustering_recovers_synonyms(setup):
+    from sklearn.metrics import adjusted_rand_score
+    _, world, kg, _, _, _, _ = setup
+    true, pred = [], []
+    for canon, forms in world.synonyms.items():
+        for f in forms:
+            if f in kg.entity_of:
+                true.append(canon)
+                pred.append(kg.entity_of[f])
+    assert adjusted_rand_score(true, pred) >= 0.9
+    # a toy case: two tight groups and a far point
+    e = np.array([[1, 0, 0], [0.99, 0.05, 0], [0, 1, 0], [0.02, 0.99, 0], [0, 0, 1]], float)
+    e /= np.linalg.norm(e, axis=1, keepdims=True)
+    lab, th, _ = cluster_names(e)
+    assert lab[0] == lab[1] and lab[2] == lab[3] and len(set(lab)) == 3
+
+
+def test_leiden_cap_and_dedup(setup):
+    import graspologic_native as gn
+    _, _, kg, comms, _, _, _ = setup
+    edges = sorted({(min(a, b), max(a, b)) for a, _, b in kg.triples})
+    res = gn.hierarchical_leiden([(str(a), str(b), 1.0) for a, b in edges], max_cluster_size=10, seed=1)
+    final = {}
+    for it in res:
+        if it.is_final_cluster:
+            final.setdefault(it.cluster, set()).add(it.node)
+    sub = lambda s: [(str(a), str(b), 1.0) for a, b in edges if str(a) in s and str(b) in s]
+    assert all(len(s) <= 10 or len(set(gn.leiden(sub(s), seed=1)[1].values())) == 1 for s in final.values())
+    assert len({frozenset(t) for t in comms.triples}) == len(comms.triples) and all(comms.triples)
+
+
+def test_vectorised_equals_loop(setup):
+    *_, comms, cohort, graphs, theme = setup
+    for kw in (dict(), dict(beta=1.0), dict(beta=0.3, lambdas=(0.5, 0.2, 0.0)), dict(alpha=0.0)):
+        r = KARERetriever(comms, theme, **kw)
+        batch = r.retrieve_batch(graphs, 6)
+        assert all(r.retrieve(graphs, p, 6) == batch[p].tolist() for p in range(0, cohort.n, 3)), kw
+
+
+def test_reduction_and_decay(setup):
+    *_, comms, cohort, graphs, theme = setup
+    A, D, I = comms.members, graphs.direct, graphs.indirect
+    h = D @ A.T / np.maximum(D.sum(1, keepdims=True), 1) + 0.8 * I @ A.T / np.maximum(I.sum(1, keepdims=True), 1)
+    picks = KARERetriever(comms, theme, beta=1.0, lambdas=(0, 0, 0)).retrieve_batch(graphs, 5)
+    assert (picks == np.argsort(-h, axis=1, kind="stable")[:, :5]).all()
+    r = KARERetriever(comms, theme, beta=0.5)
+    base = r._static(D, I, graphs.recency, graphs.embedding)
+    two = r.retrieve_batch(graphs, 2)
+    sets = [set(np.flatnonzero(a)) for a in A]
+    for p in range(cohort.n):
+        s = [base[p, d] * 0.5 ** len(sets[two[p, 0]] & sets[d]) if d != two[p, 0] else -np.inf for d in range(len(A))]
+        assert int(np.argmax(s)) == two[p, 1]
+    assert redundancy(r.retrieve_batch(graphs, 5), comms).mean() <= redundancy(
+        KARERetriever(comms, theme, beta=1.0).retrieve_batch(graphs, 5), comms).mean()
+
+
+def test_empty_patient_and_ranges(setup):
+    *_, comms, _, graphs, theme = setup
+    r = KARERetriever(comms, theme)
+    empty = dataclasses.replace(graphs, direct=np.zeros_like(graphs.direct[:2]), indirect=np.zeros_like(graphs.indirect[:2]),
+                                recency=np.zeros_like(graphs.recency[:2]), embedding=graphs.embedding[:2])
+    assert np.isfinite(r._static(empty.direct, empty.indirect, empty.recency, empty.embedding)).all()
+    assert r.retrieve_batch(empty, 3).shape == (2, 3) and len(r.retrieve(empty, 0, 3)) == 3
+    picks = dense_retrieve(comms, graphs, 4)
+    s = graphs.embedding @ comms.embeddings.T
+    assert (np.take_along_axis(s, picks, 1)[:, :-1] >= np.take_along_axis(s, picks, 1)[:, 1:] - 1e-7).all()
+    prec = pick_precision(picks, comms, [set(), {0}] + [set()] * (len(picks) - 2))
+    assert np.isnan(prec[0]) and 0 <= prec[1] <= 1
+
+
+def test_metrics_match_sklearn():
+    from sklearn.metrics import f1_score, recall_score, roc_auc_score
+    rng = np.random.default_rng(3)
+    y, prob = (rng.random(400) < 0.3).astype(int), rng.random(400)
+    m = binary_metrics(y, prob, 0.4)
+    assert np.isclose(m["sensitivity"], recall_score(y, prob >= 0.4))
+    assert np.isclose(m["specificity"], recall_score(1 - y, prob < 0.4))
+    assert np.isclose(m["macro_f1"], f1_score(y, prob >= 0.4, average="macro")) and np.isclose(m["auroc"], roc_auc_score(y, prob))
+    th = best_threshold(y, prob)
+    assert prob.min() <= th <= prob.max()
+
+
+def test_bad_inputs(setup):
+    *_, comms, cohort, graphs, theme = setup
+    with pytest.raises(ValueError, match="beta"):
+        KARERetriever(comms, theme, beta=0.0)
+    with pytest.raises(ValueError, match="non-negative"):
+        KARERetriever(comms, theme, alpha=-1)
+    with pytest.raises(ValueError, match="N \\(communities"):
+        KARERetriever(comms, theme).retrieve_batch(graphs, 0)
+    with pytest.raises(ValueError, match="N \\(communities"):
+        dense_retrieve(comms, graphs, 0)
+    with pytest.raises(ValueError, match="n_codes"):
+        make_world(0, n_codes=3)
+    with pytest.raises(ValueError, match="not an ICD-10-CM chapter"):
+        icd_categories(("99",))
+    with pytest.raises(ValueError, match="split"):
+        make_cohort(make_world(0, n_codes=60, pool_per_chapter=8), 100, 0, split=(0.9, 0.2, 0.1))
+    with pytest.raises(ValueError, match="n_seeds"):
+        experiment.Config(n_seeds=1)
+
+
+def test_determinism():
+    a, b = make_world(4, n_codes=60, pool_per_chapter=8), make_world(4, n_codes=60, pool_per_chapter=8)
+    assert a.sources == b.sources and a.links == b.links
+    c1, c2 = make_cohort(a, 200, 2), make_cohort(b, 200, 2)
+    assert c1.visits == c2.visits and all((c1.labels[t] == c2.labels[t]).all() for t in c1.labels)
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    return experiment.run(experiment.Config.preset("tiny"))
+
+
+def test_tiny_run(tiny):
+    again = experiment.run(experiment.Config.preset("tiny"))
+    key = lambda out: [(r["seed"], r.get("task"), r.get("arm"), r.get("auroc")) for r in out["rows"]]
+    assert key(tiny) == key(again)
+    ids = {c["id"]: c for c in tiny["claims"]}
+    assert {"C1-mortality-none", "C1-readmission-dense", "C2-mortality", "C3-precision", "C3-decay"} <= set(ids)
+    for k in [k for k in ids if k.startswith("K")]:
+        assert ids[k]["verdict"] == "passed", k
+
+
+def _set(rows, metric, arm, by_seed, task=None):
+    out = [dict(r) for r in rows]
+    for r in out:
+        if r.get("kind") == "predict" and r.get("arm") == arm and (task is None or r.get("task") == task):
+            r[metric] = by_seed[r["seed"]]
+    return out
+
+
+def test_claim_rules_follow_the_rows(tiny):
+    cfg = experiment.Config.preset("tiny")
+    seeds = tiny["seeds"]
+    s0, s1 = seeds
+    verdicts = lambda rows: {c["id"]: c["verdict"] for c in experiment.make_claims(rows, seeds, cfg)}
+    rows = tiny["rows"]
+    for metric in ("macro_f1", "auroc"):
+        rows = _set(rows, metric, "KARE", {s0: 0.80, s1: 0.811})
+        rows = _set(rows, metric, "none", {s0: 0.60, s1: 0.61})
+        rows = _set(rows, metric, "dense", {s0: 0.90, s1: 0.91})
+    v = verdicts(rows)
+    assert v["C1-mortality-none"] == "reproduced" and v["C1-mortality-dense"] == "not_reproduced"
+    rows = _set(rows, "auroc", "KARE", {s0: 0.55, s1: 0.561})        # F1 up, AUROC down: not both
+    assert verdicts(rows)["C1-readmission-none"] == "not_reproduced"
+    noisy = _set(_set(tiny["rows"], "macro_f1", "KARE", {s0: 0.9, s1: 0.62}), "auroc", "KARE", {s0: 0.9, s1: 0.62})
+    noisy = _set(_set(noisy, "macro_f1", "none", {s0: 0.6, s1: 0.6}), "auroc", "none", {s0: 0.6, s1: 0.6})
+    assert verdicts(noisy)["C1-mortality-none"] == "partial"
+    # C2: a gain in the rare third and none in the common third
+    r2 = _set(_set(tiny["rows"], "auroc_rare", "KARE", {s0: 0.8, s1: 0.81}), "auroc_rare", "none", {s0: 0.6, s1: 0.6})
+    r2 = _set(_set(r2, "auroc_common", "KARE", {s0: 0.7, s1: 0.7}), "auroc_common", "none", {s0: 0.7, s1: 0.701})
+    assert verdicts(r2)["C2-mortality"] == "reproduced"
+    r2 = _set(_set(r2, "auroc_rare", "KARE", {s0: 0.6, s1: 0.6}), "auroc_common", "KARE", {s0: 0.8, s1: 0.81})
+    assert verdicts(r2)["C2-mortality"] == "not_reproduced"
+    # C3: precision and redundancy
+    r3 = _set(_set(tiny["rows"], "precision", "KARE", {s0: 0.8, s1: 0.81}), "precision", "dense", {s0: 0.5, s1: 0.5})
+    r3 = _set(_set(r3, "redundancy", "KARE", {s0: 0.01, s1: 0.011}), "redundancy", "KARE, no decay", {s0: 0.3, s1: 0.3})
+    v = verdicts(r3)
+    assert v["C3-precision"] == "reproduced" and v["C3-decay"] == "reproduced"
+    r3 = _set(r3, "redundancy", "KARE", {s0: 0.5, s1: 0.51})
+    assert verdicts(r3)["C3-decay"] == "not_reproduced"
+
+
+def test_full_smoke(tmp_path):
+    full, smoke = experiment.Config.preset("full"), experiment.Config.preset("full", smoke=True)
+    for f in dataclasses.fields(full):
+        if f.name not in experiment.Config.SMOKE and f.name not in ("device", "smoke"):
+            assert getattr(smoke, f.name) == getattr(full, f.name), f.name
+    doc = cli.run_experiment("kare", "full", "cpu", 0, root=tmp_path, smoke=True)
+    ids = {c["id"] for c in doc["claims"]}
+    assert {"C1-mortality-none", "C2-readmission", "C3-redundancy"} <= ids
+    assert not (tmp_path / "book").exists()
