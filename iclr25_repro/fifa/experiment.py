@@ -22,7 +22,7 @@ from .model import (QUALITY_ANCHORS, PCACodec, PixelCodec, PromptCodes, ProxyRew
 
 # %% auto #0
 __all__ = ['PAPER', 'ARMS', 'TUNE_GRID', 'SPEED_MARGIN', 'Config', 'selections', 'Prepared', 'prepare', 'arm_hparams', 'fit_arm',
-           'seed_job', 'tune_job', 'best_hparams', 'world_checks', 'run', 'make_claims']
+           'seed_job', 'tune_job', 'best_hparams', 'world_checks', 'run', 'plan', 'make_claims']
 
 # %% ../../nbs/fifa/03_evaluation.ipynb #9a077be6
 PAPER = {"title": "Automated Filtering of Human Feedback Data for Aligning Text-to-Image Diffusion Models",
@@ -285,6 +285,25 @@ def run(cfg: Config) -> dict:
     rows = tuning + [r for o in outs for r in o["rows"]]
     return dict(rows=rows, seeds=seeds, claims=make_claims(rows, seeds, cfg), device=str(pick_device(cfg.device)),
                 hparams=cfg.hparams)
+
+# %% ../../nbs/fifa/03_evaluation.ipynb #699cb6bf
+def plan(cfg: Config) -> list[dict]:
+    "The phases of a run, for `--dry-run`."
+    extra = len(cfg.k_sweep) + len(cfg.weight_grid)
+    steps = f"{cfg.steps} DPO steps (the full-data arm on to {cfg.steps * cfg.full_factor}), batch {cfg.batch}"
+    out = []
+    if cfg.tune_grid:
+        out.append(dict(phase="per-arm sweep on the pilot seed", seeds=1,
+                        size=f"{len(cfg.tune_grid)} (beta, lr) x {len(cfg.arms)} arms at {cfg.steps} steps"))
+    out += [dict(phase="world, base model, proxy reward, quality rater", seeds=cfg.n_seeds,
+                 size=f"{cfg.image_size}x{cfg.image_size} images ({cfg.codec}, {cfg.denoiser} denoiser), "
+                      f"{cfg.n_base_images} base images x {cfg.base_steps} steps, {cfg.n_pairs} pairs, "
+                      f"{cfg.n_proxy_pairs} proxy pairs"),
+            dict(phase="selection and Diffusion-DPO arms", seeds=cfg.n_seeds,
+                 size=f"K = {cfg.k_frac:g} of the pairs; {steps}; evaluation every {cfg.eval_every}",
+                 arms="; ".join(cfg.arms) + (f", and {extra} sweep arms" if extra else ""))]
+    return out
+
 
 # %% ../../nbs/fifa/03_evaluation.ipynb #518d211c
 SPEED_MARGIN = 0.02   # C1-speed's non-inferiority margin, in units of the true reward (a cosine), fixed before the run
