@@ -301,7 +301,7 @@ def plan(cfg: Config) -> list[dict]:
                       f"{cfg.n_proxy_pairs} proxy pairs"),
             dict(phase="selection and Diffusion-DPO arms", seeds=cfg.n_seeds,
                  size=f"K = {cfg.k_frac:g} of the pairs; {steps}; evaluation every {cfg.eval_every}",
-                 arms="; ".join(cfg.arms) + (f", and {extra} sweep arms" if extra else ""))]
+                 arms="; ".join(cfg.arms) + (f"; and {extra} sweep arms" if extra else ""))]
     return out
 
 
