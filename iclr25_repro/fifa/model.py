@@ -5,7 +5,6 @@
 # %% ../../nbs/fifa/02_implementation.ipynb #19834416
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass
 
 import numpy as np
@@ -143,16 +142,8 @@ def all_prompts() -> list[str]:
 
 def embedding_table(texts, cache: bool = True) -> dict[str, np.ndarray]:
     "Unit-norm all-MiniLM-L6-v2 embeddings (384-d) of `texts`, cached under .cache/fifa."
-    from iclr25_repro.conda.model import cached_features, encode_text
-    texts = sorted(set(texts))
-    key = "fifa-minilm:" + hashlib.sha1("\n".join(texts).encode()).hexdigest()
-    compute = lambda: encode_text(texts)
-    if cache:
-        from iclr25_repro.core.results import repo_root
-        arr = cached_features(key, compute, folder=repo_root() / ".cache" / "fifa")
-    else:
-        arr = compute()
-    return dict(zip(texts, arr))
+    from iclr25_repro.core.pretrained import text_embedding_table
+    return text_embedding_table(texts, "fifa", cache=cache)
 
 # %% ../../nbs/fifa/02_implementation.ipynb #4ee7fd74
 def target(world: World, k: int) -> np.ndarray:

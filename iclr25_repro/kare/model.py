@@ -5,7 +5,6 @@
 # %% ../../nbs/kare/02_implementation.ipynb #c7634d25
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -193,16 +192,8 @@ def all_surfaces(pool_per_chapter: int = 20) -> list[str]:
 def embedding_table(texts, encoder=None, cache: bool = True) -> dict[str, np.ndarray]:
     """Unit-norm all-MiniLM-L6-v2 embeddings (384-d) of `texts`, as a dict; the array is cached under .cache/kare
     so that every notebook and seed reads it back instead of encoding again."""
-    from iclr25_repro.conda.model import cached_features, encode_text
-    texts = sorted(set(texts))
-    key = "kare-minilm:" + hashlib.sha1("\n".join(texts).encode()).hexdigest()
-    compute = lambda: encode_text(texts, encoder)
-    if cache:
-        from iclr25_repro.core.results import repo_root
-        arr = cached_features(key, compute, folder=repo_root() / ".cache" / "kare")
-    else:
-        arr = compute()
-    return dict(zip(texts, arr))
+    from iclr25_repro.core.pretrained import text_embedding_table
+    return text_embedding_table(texts, "kare", encoder, cache)
 
 # %% ../../nbs/kare/02_implementation.ipynb #81d12902
 def cluster_names(emb: np.ndarray, thresholds=np.round(np.arange(0.05, 0.38, 0.02), 2)):
