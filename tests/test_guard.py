@@ -328,3 +328,17 @@ def test_full_preset_smoke_and_plan():
     doc = cli.run_experiment("guard", "full", "cpu", 0, smoke=True)
     assert doc["config"]["smoke"] is True and doc["config"]["c_run"] is True
     assert [c["id"] for c in doc["claims"]][-1] == "C4-real-model"
+
+
+def test_enumerated_log_prob_equals_the_model():
+    "The lookup DPG reads for the base gives exactly the model's log p(y), and rejects a table of the wrong size."
+    from iclr25_repro.guard.experiment import EnumeratedLogProb
+    V, T = 4, 3
+    a = CausalLMProposal(tiny_gpt2(V, T, seed=3), V, T)
+    Y = all_sequences(V, T)
+    with torch.no_grad():
+        table = EnumeratedLogProb(a.log_prob(Y), V, T)
+        idx = torch.randperm(len(Y), generator=torch.Generator().manual_seed(0))[:17]
+        assert torch.equal(table.log_prob(Y[idx]), a.log_prob(Y[idx]))
+    with pytest.raises(ValueError, match="V\\*\\*T"):
+        EnumeratedLogProb(torch.zeros(5), V, T)

@@ -198,7 +198,8 @@ def tiny_gpt2(V: int, T: int, n_embd: int = 32, n_layer: int = 2, n_head: int = 
     instruction V + 1; context T + 1), randomly initialised; no download."""
     from transformers import GPT2Config, GPT2LMHeadModel
     cfg = GPT2Config(vocab_size=V + n_context, n_positions=T + 1, n_embd=n_embd, n_layer=n_layer, n_head=n_head,
-                     bos_token_id=V, eos_token_id=V, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
+                     bos_token_id=V, eos_token_id=V, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
+                     activation_function="gelu_pytorch_tanh")   # GPT-2's tanh GELU, as one fused op
     with torch.random.fork_rng():                         # seeded initialisation without touching the caller's state
         torch.manual_seed(seed)
         return GPT2LMHeadModel(cfg)
