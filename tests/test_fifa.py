@@ -20,6 +20,7 @@ from iclr25_repro.fifa.model import (MARK, QUALITY_ANCHORS, MLPDenoiser, PCACode
                                      make_denoiser, make_pairs, make_schedulers, make_world, mark_score, quality_scores,
                                      render, sample, shape_mask, target, train_denoiser, train_dpo, true_reward,
                                      upscale)
+from helpers import with_metric
 
 
 @pytest.fixture(scope="module")
@@ -229,11 +230,7 @@ def test_tiny_run(tiny):
 
 
 def _set(rows, metric, arm, by_seed):
-    out = [dict(r) for r in rows]
-    for r in out:
-        if r.get("kind") == "arm" and r.get("arm") == arm:
-            r[metric] = by_seed[r["seed"]]
-    return out
+    return with_metric(rows, metric, by_seed, kind="arm", arm=arm)
 
 
 def test_claim_rules_follow_the_rows(tiny):

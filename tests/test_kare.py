@@ -13,6 +13,7 @@ from iclr25_repro.kare.model import (MECHANISMS, OUTCOME_WORDS, THEMES, KARERetr
                                      best_threshold, build_communities, build_kg, cluster_names, dense_retrieve,
                                      embedding_table, icd_categories, make_cohort, make_world, patient_graphs,
                                      patient_text, pick_precision, redundancy)
+from helpers import with_metric
 
 
 @pytest.fixture(scope="module")
@@ -178,11 +179,7 @@ def test_tiny_run(tiny):
 
 
 def _set(rows, metric, arm, by_seed, task=None):
-    out = [dict(r) for r in rows]
-    for r in out:
-        if r.get("kind") == "predict" and r.get("arm") == arm and (task is None or r.get("task") == task):
-            r[metric] = by_seed[r["seed"]]
-    return out
+    return with_metric(rows, metric, by_seed, kind="predict", arm=arm, task=task)
 
 
 def test_claim_rules_follow_the_rows(tiny):

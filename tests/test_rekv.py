@@ -12,6 +12,7 @@ from iclr25_repro.core import cli
 from iclr25_repro.rekv import experiment
 from iclr25_repro.rekv.model import (Decoder, DecoderConfig, ReKV, SceneWorld, block_scores, kv_bytes, rope,
                                      select_frames, train_decoder, train_dual_encoder)
+from helpers import with_metric
 
 
 @pytest.fixture(scope="module")
@@ -306,11 +307,7 @@ def test_tiny_run(tiny):
 
 def _set(rows, metric, arm, T, by_seed):
     "A copy of rows with metric set, per seed, for one (arm, length) cell."
-    out = [dict(r) for r in rows]
-    for r in out:
-        if r.get("arm") == arm and r.get("T") == T and metric in r:
-            r[metric] = by_seed[r["seed"]]
-    return out
+    return with_metric(rows, metric, by_seed, require_metric=True, arm=arm, T=T)
 
 
 def test_claim_rules_follow_the_rows(tiny):
