@@ -74,21 +74,129 @@ def test_presets():
 
 
 # --- results -------------------------------------------------------------------------------------
-def _claim(ours=0.9, **kw):
-    return results.claim("acc", "Beats the baseline.", "accuracy", paper=0.91, ours=ours, baseline=0.85,
-                         rule="reproduced if ours > baseline + 0.02; partial if ours > baseline",
-                         reproduced=ours is not None and ours > 0.87, partial=ours is not None and ours > 0.85, **kw)
+def _claim(ours=0.9, half=0.004, **kw):
+    "A claim of ours against a baseline of 0.85, decided on an interval of the difference of half-width `half`, delta 0.02."
+    d = None if ours is None else float(ours) - 0.85
+    iv = None if d is None else {"of": "mean of ours - baseline", "estimate": d, "lo": d - half, "hi": d + half,
+                                 "level": 0.95, "method": "t", "n": 3}
+    return results.claim("acc", "Beats the baseline.", "accuracy", paper=0.91, ours=ours, baseline=0.85, interval=iv,
+                         delta=0.02, delta_reason="half the paper's gain of 0.04",
+                         rule="decide(interval of ours - baseline, delta = 0.02)", **kw)
 
 
 def test_claim_verdicts():
     assert _claim(0.9)["verdict"] == "reproduced"
     assert _claim(0.86)["verdict"] == "partial"
+    assert _claim(0.86, half=0.02)["verdict"] == "inconclusive"
     assert _claim(0.5)["verdict"] == "not_reproduced"
+    assert _claim(0.852)["verdict"] == "not_reproduced"
     assert _claim(None)["verdict"] == "not_run"
     assert _claim(np.float32(0.9))["ours"] == pytest.approx(0.9)
-    assert results.claim("x", "c", "m", paper=None, ours=float("nan"), rule="r", reproduced=True)["verdict"] == "not_run"
+    assert _claim(0.9)["delta"] == 0.02 and _claim(0.9)["gates"] == [] and _claim(0.9)["better"] == "higher"
+    iv = {"of": "d", "estimate": 0.05, "lo": 0.04, "hi": 0.06, "level": 0.95, "method": "t", "n": 3}
+    assert results.claim("x", "c", "m", paper=None, ours=float("nan"), rule="r", interval=iv, delta=0.02,
+                         delta_reason="r")["verdict"] == "not_run"
     with pytest.raises(ValueError, match="rule"):
-        results.claim("x", "c", "m", paper=None, ours=1.0, rule="", reproduced=True)
+        results.claim("x", "c", "m", paper=None, ours=1.0, rule="", interval=iv, delta=0.02, delta_reason="r")
+    with pytest.raises(ValueError, match="delta"):                          # no smallest effect stated
+        results.claim("x", "c", "m", paper=None, ours=1.0, rule="r", interval=iv)
+    with pytest.raises(ValueError, match="delta_reason"):                   # a delta needs its reason
+        results.claim("x", "c", "m", paper=None, ours=1.0, rule="r", interval=iv, delta=0.02)
+    with pytest.raises(ValueError, match="delta"):
+        results.claim("x", "c", "m", paper=None, ours=1.0, rule="r", interval=iv, delta=-0.1, delta_reason="r")
+    with pytest.raises(ValueError, match="verdict"):
+        results.claim("x", "c", "m", paper=None, ours=1.0, rule="r", verdict="great", delta=0.1, delta_reason="r")
+
+
+def test_decide_table_corners_and_edges():
+    iv = lambda lo, hi: {"estimate": (lo + hi) / 2, "lo": lo, "hi": hi}
+    d = 0.1
+    assert results.decide(iv(0.05, 0.3), d) == "reproduced"        # real, can reach delta
+    assert results.decide(iv(0.01, 0.05), d) == "partial"          # real, smaller than matters
+    assert results.decide(iv(-0.05, 0.3), d) == "inconclusive"     # cannot tell
+    assert results.decide(iv(-0.05, 0.05), d) == "not_reproduced"  # no effect that matters
+    # edges: lo = 0 is not a real effect; hi = delta reaches delta
+    assert results.decide(iv(0.0, 0.3), d) == "inconclusive" and results.decide(iv(0.0, 0.05), d) == "not_reproduced"
+    assert results.decide(iv(0.01, 0.1), d) == "reproduced" and results.decide(iv(-0.01, 0.1), d) == "inconclusive"
+    # lower is better: the interval is oriented (negated) first
+    assert results.decide(iv(-0.3, -0.05), d, better="lower") == "reproduced"
+    assert results.decide(iv(-0.05, -0.01), d, better="lower") == "partial"
+    assert results.decide(iv(0.05, 0.3), d, better="lower") == "not_reproduced"
+    for bad in (0.0, -1.0, float("nan")):
+        with pytest.raises(ValueError, match="delta"):
+            results.decide(iv(0.1, 0.2), bad)
+    with pytest.raises(ValueError, match="better"):
+        results.decide(iv(0.1, 0.2), d, better="up")
+    # the size variant: inside the band, outside it, across an edge
+    assert results.decide_size(iv(1.9, 2.1), 2.0, 0.2) == "reproduced"
+    assert results.decide_size(iv(2.3, 2.5), 2.0, 0.2) == "not_reproduced"
+    assert results.decide_size(iv(1.7, 1.9), 2.0, 0.2) == "inconclusive"
+    assert results.decide_within(iv(-0.01, 0.3), low=-0.02) == "reproduced"     # non-inferiority, margin 0.02
+    assert results.decide_within(iv(-0.05, -0.03), low=-0.02) == "not_reproduced"
+    assert results.decide_within(iv(-0.05, 0.01), low=-0.02) == "inconclusive"
+    assert results.all_of(["reproduced", "partial"]) == "partial"
+    assert results.all_of(["reproduced", "inconclusive", "not_reproduced"]) == "not_reproduced"
+    assert results.all_of(["reproduced", "not_run"]) == "not_run" and results.any_of(["partial", "reproduced"]) == "reproduced"
+
+
+def test_gates():
+    g_ok, g_bad = results.gate("ceiling recall", 0.95, 0.9), results.gate("fit error", 0.05, 1e-2, better="lower")
+    assert g_ok["passed"] and not g_bad["passed"] and not results.gate("x", None, 1.0)["passed"]
+    c = _claim(0.9, gates=[g_ok])
+    assert c["verdict"] == "reproduced" and c["gates"] == [g_ok]
+    c = _claim(0.9, gates=[g_ok, g_bad])
+    assert c["verdict"] == "not_run" and c["gates"][1] == {"name": "fit error", "value": 0.05, "threshold": 0.01,
+                                                          "better": "lower", "passed": False}
+    doc = results.make_results("demo", PAPER, _Cfg(device="cpu"), [c], runtime_s=1.0)
+    assert doc["claims"][0]["verdict"] == "not_run"
+    bad = json.loads(json.dumps(doc))
+    bad["claims"][0]["verdict"] = "reproduced"                    # a verdict past a failed gate is refused
+    with pytest.raises(ValueError, match="passed"):
+        results.validate_results(bad)
+    md = results.claims_markdown([c])
+    assert "fit error 0.05 <= 0.01 (FAILED)" in md and "**not run**" in md
+    with pytest.raises(ValueError, match="better"):
+        results.gate("x", 1.0, 0.5, better="more")
+
+
+def test_provenance_and_staleness(tmp_path):
+    import shutil
+    from conftest import ROOT
+    shutil.copytree(ROOT / "iclr25_repro" / "core", tmp_path / "iclr25_repro" / "core")
+    (tmp_path / "iclr25_repro" / "demo").mkdir()
+    (tmp_path / "iclr25_repro" / "demo" / "experiment.py").write_text("from iclr25_repro.core.results import claim\n")
+    (tmp_path / "book").mkdir()
+    doc = results.make_results("demo", PAPER, _Cfg.preset("full", device="cpu"), [_claim()], runtime_s=3.0,
+                               root=tmp_path, command="python -m iclr25_repro experiment demo --scale full")
+    prov = doc["provenance"]
+    assert prov["key"] == results.source_key("demo", tmp_path) and prov["wall_s"] == 3.0
+    assert prov["command"].endswith("--scale full") and prov["machine"]["cores"] >= 1
+    assert not results.is_stale(doc, tmp_path)
+    path = results.save_results(doc, tmp_path)
+    assert results.committed_results("demo", tmp_path)["full"] == doc
+    (tmp_path / "iclr25_repro" / "demo" / "experiment.py").write_text("# edited\n")
+    assert results.is_stale(doc, tmp_path)
+    (tmp_path / "iclr25_repro" / "demo" / "experiment.py").write_text("from iclr25_repro.core.results import claim\n")
+    assert not results.is_stale(doc, tmp_path)
+    (tmp_path / "iclr25_repro" / "core" / "results.py").write_text("# core's verdicts changed\n")
+    assert results.is_stale(doc, tmp_path)                     # the results module is part of every key
+    # a committed scale without provenance does not validate
+    no_prov = {k: v for k, v in doc.items() if k != "provenance"}
+    with pytest.raises(ValueError, match="provenance"):
+        results.validate_results(no_prov)
+    results.validate_results(dict(no_prov, scale="ci"))        # ci files are not committed: provenance optional
+
+
+def test_scales_markdown_shows_committed_beside_ci(tmp_root):
+    ci = results.make_results("usam", PAPER, _Cfg(device="cpu"), [_claim(0.86, half=0.02)], runtime_s=3.0)
+    lap = results.make_results("usam", PAPER, _Cfg(scale="laptop", device="cpu"), [_claim(0.9)], runtime_s=900.0)
+    md = results.scales_markdown(ci, committed={"laptop": lap})
+    assert "| claim | paper | delta | ci | laptop | decided by |" in md
+    assert "**inconclusive**" in md and "**reproduced**" in md and md.split("\n")[2].endswith("| laptop |")
+    stale = json.loads(json.dumps(lap))
+    stale["provenance"]["key"] = "0" * 64
+    md = results.scales_markdown(ci, committed={"laptop": stale})
+    assert "*stale*" in md and md.split("\n")[2].endswith("| ci |") and "**Stale**" in md
 
 
 PAPER = {"title": "A paper", "arxiv": "2501.00001", "code": "https://github.com/example/code"}
@@ -144,12 +252,22 @@ def test_scorecard(tmp_root):
     assert set(found["demo"]) == {"ci", "full"}
     path = scorecard.write_scorecard()
     page = path.read_text()
-    # scale, chapters, claims, reproduced, partial, not reproduced, not run
-    assert "| ci | 1 | 1 | 0 | 0 | 1 | 0 |" in page and "| full | 1 | 1 | 1 | 0 | 0 | 0 |" in page
+    # decided by: full decides the one claim (reproduced)
+    glance, per_scale = page.split("Every scale's own")[0], page.split("Every scale's own")[1]
+    assert "| full | 1 | 1 | 0 | 0 | 0 | 0 |" in glance and "| ci | 0 | 0 | 0 | 0 | 0 | 0 |" in glance
+    # scale, chapters, claims, reproduced, partial, inconclusive, not reproduced, not run
+    assert "| ci | 1 | 1 | 0 | 0 | 0 | 1 | 0 |" in per_scale and "| full | 1 | 1 | 1 | 0 | 0 | 0 | 0 |" in per_scale
     assert "| ci | 1 | 0 | 0 | 0 |" in page                      # scale, chapters, checks, passed, failed
     assert "300 s on cuda (test)" in page
-    assert (tmp_root / "book" / "scorecard_ci.png").stat().st_size > 1000 and "scorecard_ci.png" in page
-    assert ":::{dropdown}" in page and "Rule: reproduced if ours > baseline + 0.02" in page
+    assert (tmp_root / "book" / "scorecard.png").stat().st_size > 1000 and "scorecard.png" in page
+    assert ":::{dropdown}" in page and "Rule: decide(interval of ours - baseline, delta = 0.02)" in page
+    # the full result is stale once the chapter's code changes (here: a made-up key); then ci decides
+    path = results.results_path("demo", "full")
+    doc = json.loads(path.read_text())
+    doc["provenance"]["key"] = "0" * 64
+    path.write_text(json.dumps(doc))
+    page = scorecard.write_scorecard().read_text()
+    assert "| ci | 1 | 0 | 0 | 0 | 1 | 0 |" in page.split("Every scale's own")[0] and "*stale*" in page
 
 
 def test_scorecard_counts_checks_apart(tmp_root):
@@ -158,10 +276,10 @@ def test_scorecard_counts_checks_apart(tmp_root):
             results.check("k2", "A count matches.", "calls", ours=3, passed=False, rule="asserted: 4 calls")]
     results.save_results(results.make_results("demo", PAPER, _Cfg(device="cpu"), recs, 3.0))
     page = scorecard.write_scorecard().read_text()
-    assert "| ci | 1 | 1 | 1 | 0 | 0 | 0 |" in page and "| ci | 1 | 2 | 1 | 1 |" in page   # one claim; two checks, one failed
-    assert "No full run has been committed yet" in page and "full claims" not in page
+    assert "| ci | 1 | 1 | 1 | 0 | 0 | 0 | 0 |" in page and "| ci | 1 | 2 | 1 | 1 |" in page   # one claim; two checks, one failed
+    assert "No laptop or full run has been committed yet" in page
     assert "| **k2**: A count matches. *(calls)* | 3 | **failed** |" in page
-    fig = scorecard.scorecard_figure(scorecard.collect_results(), "ci")
+    fig = scorecard.scorecard_figure(scorecard.collect_results())
     assert len(fig.axes) == 1                                          # one row per claim; checks are not drawn
 
 
@@ -201,7 +319,7 @@ def test_chapter_discovery():
 def test_format_timings_flags_budget():
     rows = [{"notebook": "x/01.ipynb", "seconds": 60.0, "ok": True}, {"notebook": "x/02.ipynb", "seconds": 40.0, "ok": False}]
     table = cli.format_timings(rows, "ci")
-    assert "OVER the 90 s ci budget" in table and "1 failed" in table
+    assert "OVER the 60 s ci budget" in table and "1 failed" in table
     assert "OVER" not in cli.format_timings(rows, "full")
     assert "OVER" not in cli.format_timings(rows, "ci", jobs=2, wall_s=50.0)      # at -j 2 a chapter shares the machine
     cached = [dict(r, ok=True, cached=True) for r in rows]
@@ -346,17 +464,17 @@ def test_records_have_kinds_and_old_documents_say_what_to_add(tmp_root):
 def test_claim_carries_interval_replicates_and_paper_tests():
     iv = results.paired_interval([3.0, 4.0, 5.0, 4.5], [1.0, 1.5, 2.0, 2.5])
     c = results.claim("c", "Beats.", "m", paper=2.0, paper_tests="direction", ours=4.1, baseline=1.75, interval=iv,
-                      ours_interval=(3.0, 5.0), rule="reproduced if the interval lies above 0", **results.decide(iv))
+                      ours_interval=(3.0, 5.0), rule="decide(interval, delta = 1)", delta=1.0, delta_reason="half the paper's 2")
     assert c["replicates"] == 4 and c["interval"]["n"] == 4 and c["ours_interval"] == [3.0, 5.0]
     assert c["verdict"] == "reproduced"
     with pytest.raises(ValueError, match="paper_tests"):
-        results.claim("c", "c", "m", paper=None, paper_tests="size", ours=1.0, rule="r", reproduced=True)
+        results.claim("c", "c", "m", paper=None, paper_tests="size", ours=1.0, rule="r", verdict="reproduced", delta=1, delta_reason="r")
     with pytest.raises(ValueError, match="paper_tests"):
-        results.claim("c", "c", "m", paper=1.0, paper_tests="roughly", ours=1.0, rule="r", reproduced=True)
+        results.claim("c", "c", "m", paper=1.0, paper_tests="roughly", ours=1.0, rule="r", verdict="reproduced", delta=1, delta_reason="r")
     with pytest.raises(ValueError, match="interval lacks"):
-        results.claim("c", "c", "m", paper=None, ours=1.0, rule="r", reproduced=True, interval={"lo": 0})
+        results.claim("c", "c", "m", paper=None, ours=1.0, rule="r", delta=1, delta_reason="r", interval={"lo": 0})
     with pytest.raises(ValueError, match="ours_interval"):
-        results.claim("c", "c", "m", paper=None, ours=1.0, rule="r", reproduced=True, ours_interval=(2, 1))
+        results.claim("c", "c", "m", paper=None, ours=1.0, rule="r", verdict="reproduced", delta=1, delta_reason="r", ours_interval=(2, 1))
 
 
 def test_t_interval_against_the_formula():
@@ -421,12 +539,13 @@ def test_paired_interval_and_decide():
     above = {"estimate": 1.0, "lo": 0.2, "hi": 1.8}
     across = {"estimate": 1.0, "lo": -0.2, "hi": 2.2}
     below = {"estimate": -1.0, "lo": -2.0, "hi": 0.5}
-    assert results.decide(above) == {"reproduced": True, "partial": True}
-    assert results.decide(across) == {"reproduced": False, "partial": True}
-    assert results.decide(below) == {"reproduced": False, "partial": False}
-    assert results.decide(below, better="lower") == {"reproduced": False, "partial": True}
-    assert results.decide({"estimate": -1.0, "lo": -2.0, "hi": -0.5}, better="lower")["reproduced"]
-    assert not results.decide({"estimate": 0.5, "lo": 0.0, "hi": 1.0})["reproduced"]   # touching 0 is not above it
+    # the older threshold rule, kept for code written before delta
+    assert results.decide_threshold(above) == {"reproduced": True, "partial": True}
+    assert results.decide_threshold(across) == {"reproduced": False, "partial": True}
+    assert results.decide_threshold(below) == {"reproduced": False, "partial": False}
+    assert results.decide_threshold(below, better="lower") == {"reproduced": False, "partial": True}
+    assert not results.decide_threshold({"estimate": 0.5, "lo": 0.0, "hi": 1.0})["reproduced"]   # touching 0 is not above it
+    assert results.decide(across, 0.5) == "inconclusive" and results.decide(above, 0.5) == "reproduced"
 
 
 # --- prose from the run --------------------------------------------------------------------------
@@ -437,8 +556,8 @@ def test_closing_section_and_say():
     assert str(report.say("{x}", x=np.float32(2.5))) == "2.5" and str(report.say("{n}", n=3)) == "3"
     iv = results.paired_interval([2.0, 2.1, 2.2], [1.0, 1.0, 1.0])
     recs = [results.claim("C1", "Beats.", "score", paper=3.0, paper_tests="size", ours=3.0, baseline=1.0, interval=iv,
-                          rule="r", **results.decide(iv)),
-            results.claim("C2", "Scales.", "slope", paper=None, ours=None, rule="r", reproduced=False),
+                          rule="r", delta=0.5, delta_reason="half the paper's gain"),
+            results.claim("C2", "Scales.", "slope", paper=None, ours=None, rule="r", delta=0.1, delta_reason="r"),
             results.check("K1", "Holds.", "error", ours=0.0, passed=True, rule="r")]
     md = report.closing_section(recs, {"C1": "Because.", "C2": "Too small at ci."}, scale="ci", outro="The end.")
     text = str(md)
@@ -464,7 +583,7 @@ def _fake_book(root, slugs=("alpha", "beta")):
             "v = float((x @ x.T).trace()) + float(np.random.default_rng(seed).normal())\n"
             "print('threads', torch.get_num_threads(), os.environ.get('ICLR25_CPUS'))\n"
             "doc = make_results(SLUG, {'title': 't', 'arxiv': '2501.00001', 'code': None}, C(scale=scale, device='cpu'),\n"
-            "                   [claim('c', 'c', 'm', paper=None, ours=v, rule='r', reproduced=v > 0)], 1.0)\n"
+            "                   [claim('c', 'c', 'm', paper=None, ours=v, rule='r', verdict='reproduced' if v > 0 else 'not_reproduced', delta=1.0, delta_reason='r')], 1.0)\n"
             "save_results(doc)\n")
     for s in slugs:
         (root / "nbs" / s).mkdir(parents=True)
@@ -529,6 +648,7 @@ def test_parallel_run_gives_the_same_results_files(tmp_path, capsys):
         for p in sorted((root / "book" / "results").glob("*/tiny.json")):
             d = json.loads(p.read_text())
             d.pop("runtime_s"), d["env"].pop("utc"), d.pop("device")   # provenance: when, how long, on how many threads
+            d["provenance"].pop("wall_s"), d["provenance"].pop("machine")
             out[p.parent.name] = d
         return out
     one, two = tmp_path / "one", tmp_path / "two"

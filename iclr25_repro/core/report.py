@@ -8,7 +8,8 @@ from __future__ import annotations
 import string
 from collections import Counter
 
-from .results import CHECK_VERDICTS, VERDICTS, fmt, fmt_interval
+from .results import (CHECK_VERDICTS, SCALE_ORDER, VERDICTS, committed_results, deciding_scale,
+                                       delta_text, fmt, fmt_interval, gates_text, is_stale)
 
 # %% auto #0
 __all__ = ['Md', 'say', 'verdict_words', 'claim_sentence', 'closing_section']
@@ -47,7 +48,7 @@ def say(template: str, /, **values) -> Md:
 
 # %% ../../nbs/core/07_report.ipynb #d27c12af
 def verdict_words(record: dict) -> str:
-    "'reproduced', 'partial', 'not reproduced', 'not run'; for a check 'passed' or 'FAILED'."
+    "'reproduced', 'partial', 'inconclusive', 'not reproduced', 'not run'; for a check 'passed' or 'FAILED'."
     v = record["verdict"]
     if record.get("kind") == "check":
         return "passed" if v == "passed" else "FAILED"
@@ -73,13 +74,32 @@ def claim_sentence(c: dict) -> str:
     iv = c.get("interval")
     if iv is not None:
         parts.append(f"The rule's interval, of the {iv['of']}: {fmt_interval(iv)} ({iv['level']:.0%} {iv['method']}).")
+    if c.get("band"):
+        parts.append(f"The rule tests it {delta_text(c)}.")
+    elif c.get("delta") is not None:
+        parts.append(f"The smallest effect that matters: {delta_text(c)} ({c['delta_reason'].rstrip('.')}).")
+    failed = [g for g in c.get("gates") or [] if not g["passed"]]
+    if failed:
+        parts.append(f"Gate failed: {gates_text(failed)}.")
     elif c.get("replicates"):
         parts.append(f"{c['replicates']} replicates.")
     return " ".join(parts)
 
+def _at_scale(c: dict, scale: str, stale: bool) -> str:
+    iv = c.get("interval")
+    gates = [g for g in c.get("gates") or [] if not g["passed"]]
+    text = f"At {scale}: {verdict_words(c)}" + ("" if iv is None else f", interval {fmt_interval(iv)}")
+    if gates:
+        text += f" (gate {gates_text(gates)})"
+    return text + (" (stale: the chapter's code changed since; it decides nothing)" if stale else "") + "."
+
 def closing_section(records: list[dict], why: dict[str, str], *, scale: str | None = None, intro: str = "",
-                    outro: str = "") -> Md:
-    "The body of an evaluation's closing section, rendered from its claim and check records and the chapter's reasons."
+                    outro: str = "", chapter: str | None = None, committed: dict[str, dict] | None = None,
+                    root=None) -> Md:
+    """The body of an evaluation's closing section, rendered from its claim and check records and the chapter's reasons.
+
+    With `chapter` (or `committed`, {scale: results document}), each claim also says its verdict in the committed laptop
+    and full results and which scale decides it (the largest that ran it, stale results excluded)."""
     claims = [r for r in records if r.get("kind", "claim") == "claim"]
     checks = [r for r in records if r.get("kind") == "check"]
     ids = [r["id"] for r in records]
@@ -89,11 +109,29 @@ def closing_section(records: list[dict], why: dict[str, str], *, scale: str | No
     missing = [c["id"] for c in claims if not str(why.get(c["id"], "")).strip()]
     if missing:
         raise ValueError(f"every claim needs a reason in why; missing: {missing}")
+    if committed is None and chapter is not None:
+        committed = committed_results(chapter, root)
+    committed = {s: d for s, d in (committed or {}).items() if s != scale}
+    stale = {s for s, d in committed.items() if is_stale(d, root)}
+    others = {s: {c["id"]: c for c in d["claims"] if c.get("kind") == "claim"} for s, d in committed.items()}
     n = Counter(c["verdict"] for c in claims)
     k = Counter(c["verdict"] for c in checks)
     at = f" at scale {scale}" if scale else ""
     head = (f"Of {len(claims)} claim{'s' if len(claims) != 1 else ''} tested{at}: "
             + ", ".join(f"{n[v]} {v.replace('_', ' ')}" for v in VERDICTS if n[v]) + ".")
+    deciding = {}
+    if committed:
+        for c in claims:
+            by = {s: o[c["id"]] for s, o in others.items() if c["id"] in o}
+            if scale:
+                by[scale] = c
+            s = deciding_scale(by, stale)
+            deciding[c["id"]] = (s, by.get(s, c))
+        d = Counter((s, r["verdict"]) for s, r in deciding.values())
+        head += (" Decided by the largest scale that ran each claim: "
+                 + ", ".join(f"{m} {v.replace('_', ' ')} ({s})" for (s, v), m in sorted(
+                     d.items(), key=lambda kv: (SCALE_ORDER.index(kv[0][0]) if kv[0][0] in SCALE_ORDER else -1,
+                                                VERDICTS.index(kv[0][1])))) + ".")
     if checks:
         head += (f" {len(checks)} check{'s' if len(checks) != 1 else ''} (identities and guarantees, not claims): "
                  + ", ".join(f"{k[v]} {v}" for v in CHECK_VERDICTS if k[v]) + ".")
@@ -101,7 +139,13 @@ def closing_section(records: list[dict], why: dict[str, str], *, scale: str | No
     if intro.strip():
         lines += [intro.strip(), ""]
     for c in claims:
-        lines.append(f"- **{c['id']}, {verdict_words(c)}.** {c['claim']} {claim_sentence(c)} {why[c['id']].strip()}")
+        line = f"- **{c['id']}, {verdict_words(c)}{at if committed else ''}.** {c['claim']} {claim_sentence(c)}"
+        for s in [s for s in SCALE_ORDER if s in others and c["id"] in others[s]]:
+            line += " " + _at_scale(others[s][c["id"]], s, s in stale)
+        if c["id"] in deciding:
+            s, r = deciding[c["id"]]
+            line += f" **Decided by {s}: {verdict_words(r)}.**"
+        lines.append(f"{line} {why[c['id']].strip()}")
     for c in checks:
         extra = str(why.get(c["id"], "")).strip()
         lines.append(f"- **{c['id']}, a check, {verdict_words(c)}.** {c['claim']} Measured: {fmt(c['ours'])} ({c['metric']})."

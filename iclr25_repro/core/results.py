@@ -5,12 +5,15 @@
 # %% ../../nbs/core/02_results.ipynb #ae3abac6
 from __future__ import annotations
 
+import hashlib
 import inspect
 import json
 import math
 import os
 import platform
+import re
 import subprocess
+import sys
 import warnings
 from datetime import datetime, timezone
 from importlib import metadata
@@ -20,20 +23,40 @@ from typing import Any
 import numpy as np
 
 # %% auto #0
-__all__ = ['KINDS', 'VERDICTS', 'CHECK_VERDICTS', 'PAPER_TESTS', 'RESULT_SCALES', 'INTERVAL_SCHEMA', 'CLAIM_SCHEMA',
-           'CHECK_SCHEMA', 'RESULTS_SCHEMA', 'INTERVAL_METHODS', 'AUTO_BOOTSTRAP_MIN', 'verdict_from', 'claim', 'check',
-           'mean_interval', 'paired_interval', 'decide', 'per_seed', 'repo_root', 'results_path', 'environment',
-           'validate_results', 'make_results', 'save_results', 'load_results', 'fmt', 'fmt_interval', 'claims_markdown']
+__all__ = ['KINDS', 'VERDICTS', 'CHECK_VERDICTS', 'PAPER_TESTS', 'RESULT_SCALES', 'COMMITTED_SCALES', 'BETTER', 'GATE_SCHEMA',
+           'INTERVAL_SCHEMA', 'CLAIM_SCHEMA', 'CHECK_SCHEMA', 'PROVENANCE_SCHEMA', 'RESULTS_SCHEMA', 'INTERVAL_METHODS',
+           'AUTO_BOOTSTRAP_MIN', 'KEY_OF', 'SCALE_ORDER', 'verdict_from', 'gate', 'gates_passed', 'decide',
+           'decide_within', 'decide_size', 'all_of', 'any_of', 'claim', 'check', 'mean_interval', 'paired_interval',
+           'decide_threshold', 'per_seed', 'repo_root', 'results_path', 'environment', 'source_files', 'source_key',
+           'machine', 'default_command', 'provenance', 'is_stale', 'validate_results', 'make_results', 'save_results',
+           'load_results', 'fmt', 'fmt_interval', 'gates_text', 'delta_text', 'claims_markdown', 'committed_results',
+           'deciding_scale', 'scales_markdown']
 
 # %% ../../nbs/core/02_results.ipynb #184ab492
 KINDS = ("claim", "check")
-VERDICTS = ("reproduced", "partial", "not_reproduced", "not_run")   # a claim's verdicts
+VERDICTS = ("reproduced", "partial", "inconclusive", "not_reproduced", "not_run")   # a claim's verdicts
 CHECK_VERDICTS = ("passed", "failed")                                # a check's verdicts
 PAPER_TESTS = ("direction", "size")
-RESULT_SCALES = ("tiny", "ci", "full")
+RESULT_SCALES = ("tiny", "ci", "laptop", "full")
+COMMITTED_SCALES = ("laptop", "full")   # the scales whose results files are committed, with their provenance
+BETTER = ("higher", "lower")
 _num_or_null = {"type": ["number", "null"]}
 _str_or_null = {"type": ["string", "null"]}
 _pair_or_null = {"type": ["array", "null"], "items": {"type": "number"}, "minItems": 2, "maxItems": 2}
+_bound = {"type": ["number", "null"]}   # a band's open side is null
+
+GATE_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["name", "value", "threshold", "better", "passed"],
+    "properties": {
+        "name": {"type": "string", "minLength": 1},
+        "value": _num_or_null,   # null: the gate's quantity could not be measured (the gate fails)
+        "threshold": {"type": "number"},
+        "better": {"enum": list(BETTER)},
+        "passed": {"type": "boolean"},
+    },
+}
 
 INTERVAL_SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -52,7 +75,8 @@ CLAIM_SCHEMA: dict[str, Any] = {
     "type": "object",
     "additionalProperties": False,
     "required": ["kind", "id", "claim", "metric", "paper", "paper_tests", "ours", "baseline", "ours_interval",
-                 "baseline_interval", "replicates", "interval", "rule", "verdict", "note"],
+                 "baseline_interval", "replicates", "interval", "delta", "delta_reason", "better", "band", "gates", "rule",
+                 "verdict", "note"],
     "properties": {
         "kind": {"const": "claim"},
         "id": {"type": "string", "pattern": "^[A-Za-z0-9_.-]+$"},
@@ -63,13 +87,20 @@ CLAIM_SCHEMA: dict[str, Any] = {
         "ours_interval": _pair_or_null, "baseline_interval": _pair_or_null,
         "replicates": {"type": ["integer", "null"], "minimum": 1},
         "interval": {"oneOf": [{"type": "null"}, INTERVAL_SCHEMA]},
+        "delta": {"type": ["number", "null"], "exclusiveMinimum": 0},
+        "delta_reason": {"type": "string"},
+        "better": {"enum": [*BETTER, None]},
+        "band": {"type": ["array", "null"], "items": _bound, "minItems": 2, "maxItems": 2},
+        "gates": {"type": "array", "items": GATE_SCHEMA},
         "rule": {"type": "string", "minLength": 1},
         "verdict": {"enum": list(VERDICTS)},
         "note": {"type": "string"},
     },
-    # a verdict other than not_run must rest on a measured number
-    "if": {"properties": {"verdict": {"enum": ["reproduced", "partial", "not_reproduced"]}}},
-    "then": {"properties": {"ours": {"type": "number"}}},
+    # a verdict other than not_run rests on a measured number, a smallest effect that matters (delta, with its reason)
+    # and gates that all passed
+    "if": {"properties": {"verdict": {"enum": ["reproduced", "partial", "inconclusive", "not_reproduced"]}}},
+    "then": {"properties": {"ours": {"type": "number"},
+                            "gates": {"items": {"properties": {"passed": {"const": True}}}}}},
 }
 
 CHECK_SCHEMA: dict[str, Any] = {
@@ -85,6 +116,22 @@ CHECK_SCHEMA: dict[str, Any] = {
         "rule": {"type": "string", "minLength": 1},
         "verdict": {"enum": list(CHECK_VERDICTS)},
         "note": {"type": "string"},
+    },
+}
+
+PROVENANCE_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "required": ["key", "key_of", "command", "machine", "wall_s", "git_sha"],
+    "properties": {
+        "key": {"type": "string", "pattern": "^[0-9a-f]{64}$"},
+        "key_of": {"type": "string", "minLength": 1},
+        "command": {"type": "string", "minLength": 1},
+        "machine": {"type": "object", "required": ["cores", "torch_threads", "platform"],
+                    "properties": {"cores": {"type": "integer", "minimum": 1},
+                                   "torch_threads": {"type": "integer", "minimum": 1},
+                                   "platform": {"type": "string"}}},
+        "wall_s": {"type": "number", "minimum": 0},
+        "git_sha": _str_or_null,
     },
 }
 
@@ -112,6 +159,7 @@ RESULTS_SCHEMA: dict[str, Any] = {
             "properties": {"python": {"type": "string"}, "torch": {"type": "string"}, "transformers": _str_or_null,
                            "git_sha": _str_or_null, "utc": {"type": "string"}},
         },
+        "provenance": PROVENANCE_SCHEMA,
         "config": {"type": "object"},
         "details": {"type": "array", "items": {"type": "object"}},
         "claims": {
@@ -147,21 +195,114 @@ def _pair(x, name: str) -> list[float] | None:
     return [lo, hi]
 
 def verdict_from(reproduced: bool, partial: bool = False, measured: bool = True) -> str:
-    "The verdict for a rule whose full condition is `reproduced` and weaker condition is `partial`."
+    "The verdict for a rule whose full condition is `reproduced` and weaker condition is `partial` (the form before `delta`)."
     if not measured:
         return "not_run"
     return "reproduced" if bool(reproduced) else ("partial" if bool(partial) else "not_reproduced")
 
-def claim(id: str, claim: str, metric: str, *, paper, ours, rule: str, reproduced: bool, partial: bool = False,
-          baseline=None, note: str = "", paper_tests: str | None = None, interval: dict | None = None,
-          replicates: int | None = None, ours_interval=None, baseline_interval=None) -> dict[str, Any]:
-    "One claim record; the verdict is computed from `reproduced`/`partial`, which the caller computes from measurements."
+def gate(name: str, value, threshold: float, better: str = "higher") -> dict[str, Any]:
+    "One competence gate: `value` must reach `threshold` (>= when `better='higher'`, <= when 'lower'); an unmeasured value fails."
+    if better not in BETTER:
+        raise ValueError(f"better must be one of {BETTER}, got {better!r}")
+    t = _number(threshold)
+    if t is None:
+        raise ValueError(f"threshold must be a finite number, got {threshold!r}")
+    v = _number(value)
+    passed = v is not None and (v >= t if better == "higher" else v <= t)
+    return {"name": str(name), "value": v, "threshold": t, "better": better, "passed": bool(passed)}
+
+def gates_passed(gates) -> bool:
+    "True when every gate in `gates` passed (and for no gates)."
+    return all(g["passed"] for g in gates)
+
+def _band(band) -> list[float | None] | None:
+    if band is None:
+        return None
+    lo, hi = (None if b is None or (isinstance(b, float) and math.isinf(b)) else _number(b) for b in band)
+    if lo is None and hi is None:
+        raise ValueError("band needs at least one finite edge: (low, None), (None, high) or (low, high)")
+    if lo is not None and hi is not None and lo > hi:
+        raise ValueError(f"band must be (low, high) with low <= high, got {band!r}")
+    return [lo, hi]
+
+def _oriented(interval: dict, better: str) -> tuple[float, float]:
+    "(lo, hi) of the interval with the paper's direction made positive."
+    if better not in BETTER:
+        raise ValueError(f"better must be one of {BETTER}, got {better!r}")
+    lo, hi = float(interval["lo"]), float(interval["hi"])
+    return (lo, hi) if better == "higher" else (-hi, -lo)
+
+def decide(interval: dict, delta: float, better: str = "higher") -> str:
+    "The verdict of the 2x2 table: is the effect real (lo > 0), and can it reach the smallest effect that matters (hi >= delta)?"
+    d = _number(delta)
+    if d is None or d <= 0:
+        raise ValueError(f"delta, the smallest effect that matters, must be a finite number > 0, got {delta!r}")
+    lo, hi = _oriented(interval, better)
+    if lo > 0:
+        return "reproduced" if hi >= d else "partial"
+    return "inconclusive" if hi >= d else "not_reproduced"
+
+def decide_within(interval: dict, low: float | None = None, high: float | None = None) -> str:
+    "A number tested within a band [low, high] (an open side is None): inside it reproduced, outside it not, across an edge inconclusive."
+    lo_b = -math.inf if low is None else float(low)
+    hi_b = math.inf if high is None else float(high)
+    if lo_b > hi_b:
+        raise ValueError(f"the band must have low <= high, got ({low}, {high})")
+    lo, hi = float(interval["lo"]), float(interval["hi"])
+    if lo >= lo_b and hi <= hi_b:
+        return "reproduced"
+    if hi < lo_b or lo > hi_b:
+        return "not_reproduced"
+    return "inconclusive"
+
+def decide_size(interval: dict, target: float, tol: float) -> str:
+    "The paper's number `target` within a tolerance `tol`: `decide_within(interval, target - tol, target + tol)`."
+    if not tol > 0:
+        raise ValueError(f"tol must be > 0, got {tol!r}")
+    return decide_within(interval, target - tol, target + tol)
+
+_STRENGTH = {"not_run": 0, "not_reproduced": 1, "inconclusive": 2, "partial": 3, "reproduced": 4}
+
+def all_of(verdicts) -> str:
+    "A claim that must hold in every part (world, data set, size): the weakest part's verdict (not_run < not_reproduced < inconclusive < partial < reproduced)."
+    verdicts = list(verdicts)
+    if not verdicts:
+        raise ValueError("all_of needs at least one verdict")
+    for v in verdicts:
+        if v not in VERDICTS:
+            raise ValueError(f"unknown verdict {v!r}; expected one of {VERDICTS}")
+    return min(verdicts, key=_STRENGTH.__getitem__)
+
+def any_of(verdicts) -> str:
+    "A claim that holds if one part shows it (stated before the run): the strongest part's verdict."
+    verdicts = list(verdicts)
+    if not verdicts:
+        raise ValueError("any_of needs at least one verdict")
+    for v in verdicts:
+        if v not in VERDICTS:
+            raise ValueError(f"unknown verdict {v!r}; expected one of {VERDICTS}")
+    return max(verdicts, key=_STRENGTH.__getitem__)
+
+def claim(id: str, claim: str, metric: str, *, paper, ours, rule: str, interval: dict | None = None,
+          delta: float | None = None, delta_reason: str = "", better: str | None = "higher", band=None,
+          gates=(), verdict: str | None = None, reproduced: bool | None = None, partial: bool = False,
+          baseline=None, note: str = "", paper_tests: str | None = None, replicates: int | None = None,
+          ours_interval=None, baseline_interval=None) -> dict[str, Any]:
+    """One claim record, its verdict computed from the measured numbers.
+
+    The usual form: `interval` (of method - baseline), `delta` (the smallest effect that matters, fixed before the run,
+    with `delta_reason`) and `better`; the verdict is `decide(interval, delta, better)`. A rule that tests a number
+    within a tolerance gives `band=(low, high)` instead (`decide_within`). A rule over several intervals computes
+    `verdict=` itself from `decide`/`decide_within`/`all_of` and still states `delta`. A failed gate (`gate`) or a
+    missing measurement gives `not_run`. `reproduced=`/`partial=` (booleans) is the older form, without delta."""
     if not rule or not isinstance(rule, str):
         raise ValueError("rule must be a non-empty sentence saying how the verdict is decided")
     if paper_tests not in (None, *PAPER_TESTS):
         raise ValueError(f"paper_tests must be one of {PAPER_TESTS} or None, got {paper_tests!r}")
     if paper_tests is not None and _number(paper) is None:
         raise ValueError("paper_tests says how the rule uses the paper's number: give paper= a number, or leave it None")
+    if better not in (*BETTER, None):
+        raise ValueError(f"better must be one of {BETTER} or None, got {better!r}")
     if interval is not None:
         missing = set(INTERVAL_SCHEMA["required"]) - set(interval)
         if missing:
@@ -170,12 +311,45 @@ def claim(id: str, claim: str, metric: str, *, paper, ours, rule: str, reproduce
         replicates = interval["n"] if replicates is None else replicates
     if replicates is not None and (isinstance(replicates, bool) or int(replicates) != replicates or replicates < 1):
         raise ValueError(f"replicates must be a positive int, got {replicates!r}")
+    gates = [dict(g) for g in gates]
+    for g in gates:
+        if set(g) != set(GATE_SCHEMA["required"]):
+            raise ValueError(f"a gate must be built with gate(name, value, threshold, better), got {g!r}")
+    band = _band(band)
+    if delta is not None:
+        delta = _number(delta)
+        if delta is None or delta <= 0:
+            raise ValueError("delta, the smallest effect that matters, must be a finite number > 0")
+        if not str(delta_reason).strip():
+            raise ValueError("delta_reason must say in one sentence why this is the smallest effect that matters")
     ours_n = _number(ours)
+    if reproduced is not None:  # the older form: the caller's booleans, no delta
+        if verdict is not None or band is not None:
+            raise ValueError("give either reproduced=/partial= (the older form) or verdict=/band=/delta, not both")
+        computed = verdict_from(reproduced, partial)
+    elif verdict is not None:
+        if verdict not in VERDICTS:
+            raise ValueError(f"verdict must be one of {VERDICTS}, got {verdict!r}")
+        if delta is None and band is None:
+            raise ValueError("a computed verdict still states its smallest effect that matters: give delta= (or band=)")
+        computed = verdict
+    elif band is not None:
+        computed = None if interval is None else decide_within(interval, *band)
+    else:
+        if delta is None:
+            raise ValueError("give delta= (the smallest effect that matters, with delta_reason=) and interval=, "
+                             "or band=, or a computed verdict=")
+        computed = None if interval is None else decide(interval, delta, better or "higher")
+    if band is not None and delta is None:
+        raise ValueError("a band rule states the tolerance that matters as delta= (with delta_reason=)")
+    if ours_n is None or computed is None or not gates_passed(gates):
+        computed = "not_run"
     return {"kind": "claim", "id": id, "claim": claim, "metric": metric, "paper": _number(paper), "paper_tests": paper_tests,
             "ours": ours_n, "baseline": _number(baseline), "ours_interval": _pair(ours_interval, "ours_interval"),
             "baseline_interval": _pair(baseline_interval, "baseline_interval"),
-            "replicates": None if replicates is None else int(replicates), "interval": interval, "rule": rule,
-            "verdict": verdict_from(reproduced, partial, measured=ours_n is not None), "note": note}
+            "replicates": None if replicates is None else int(replicates), "interval": interval, "delta": delta,
+            "delta_reason": str(delta_reason).strip(), "better": better if band is None else None, "band": band,
+            "gates": gates, "rule": rule, "verdict": computed, "note": note}
 
 def check(id: str, claim: str, metric: str, *, ours, passed: bool, rule: str, note: str = "") -> dict[str, Any]:
     "One check record: an identity, invariant, count or guarantee by construction, and whether it held."
@@ -249,8 +423,8 @@ def paired_interval(ours, baseline, *, log: bool = False, of: str | None = None,
     statistic = kwargs.get("statistic", "mean")
     return mean_interval(d, of=of or f"{statistic} of {what}, paired over {len(d)} replicates", **kwargs)
 
-def decide(interval: dict, threshold: float = 0.0, better: str = "higher") -> dict[str, bool]:
-    "{'reproduced': the whole interval beats `threshold`, 'partial': its estimate does}, for claim(**decide(...))."
+def decide_threshold(interval: dict, threshold: float = 0.0, better: str = "higher") -> dict[str, bool]:
+    "The older rule, without a smallest effect: {'reproduced': the whole interval beats `threshold`, 'partial': its estimate does}."
     if better not in ("higher", "lower"):
         raise ValueError(f"better must be 'higher' or 'lower', got {better!r}")
     sign = 1.0 if better == "higher" else -1.0
@@ -310,6 +484,75 @@ def environment(root: str | Path | None = None) -> dict[str, str | None]:
     import torch
     return {"python": platform.python_version(), "torch": torch.__version__, "transformers": _version("transformers"),
             "git_sha": _git_sha(repo_root(root)), "utc": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")}
+_BOOK_REF = re.compile(r"iclr25_repro\.([a-z][a-z0-9_]*)(?:\.([a-z][a-z0-9_]*))?|from \.\.([a-z][a-z0-9_]*)(?: import| *\.([a-z][a-z0-9_]*))")
+KEY_OF = ("SHA-256 over the code the numbers came from: the chapter's package iclr25_repro/<slug>/, every other chapter "
+          "package its code imports, and the modules of iclr25_repro/core it imports (runtime and results always); not "
+          "the notebooks' prose, nor core's presentation modules (report, scorecard, plotting, cli) unless imported")
+
+def _package_dir(slug: str, root=None) -> Path:
+    "The iclr25_repro package under the repository root, or (a scratch root, as in tests) the one this process imports."
+    pkg = repo_root(root) / "iclr25_repro"
+    return pkg if (pkg / slug).is_dir() or (pkg / "core").is_dir() else Path(__file__).resolve().parents[1]
+
+def source_files(slug: str, root: str | Path | None = None) -> list[Path]:
+    "The package sources whose SHA-256 is the provenance key of chapter `slug`'s results (see `KEY_OF`; core's alone for a chapter with no package)."
+    pkg = _package_dir(slug, root)
+    core = {pkg / "core" / "runtime.py", pkg / "core" / "results.py"}
+    files = [p for p in (pkg / slug).rglob("*.py") if "__pycache__" not in p.parts] if (pkg / slug).is_dir() else []
+    files += [p for p in core if p.is_file()]
+    seen, todo = set(files), list(files)
+    while todo:
+        text = todo.pop().read_text(encoding="utf-8", errors="ignore")
+        for a, a_sub, b, b_sub in _BOOK_REF.findall(text):
+            name, sub = (a, a_sub) if a else (b, b_sub)
+            if name == "core":
+                new = [pkg / "core" / f"{sub}.py"] if sub else []
+            else:
+                new = sorted(p for p in (pkg / name).rglob("*.py") if "__pycache__" not in p.parts) \
+                    if (pkg / name).is_dir() else []
+            for p in [*new, *core]:
+                if p.is_file() and p not in seen:
+                    seen.add(p)
+                    todo.append(p)
+    return sorted(seen)
+
+def source_key(slug: str, root: str | Path | None = None) -> str:
+    "The provenance key of chapter `slug`: SHA-256 over its `source_files` (paths and contents)."
+    base = _package_dir(slug, root).parent
+    h = hashlib.sha256()
+    for p in source_files(slug, root):
+        h.update(p.relative_to(base).as_posix().encode() + b"\0" + hashlib.sha256(p.read_bytes()).digest())
+    return h.hexdigest()
+
+def machine() -> dict[str, Any]:
+    "The machine a run used: cores available to this process, torch's intra-op threads, the platform."
+    import torch
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:
+        cores = os.cpu_count() or 1
+    return {"cores": int(cores), "torch_threads": int(torch.get_num_threads()), "platform": platform.platform()}
+
+def default_command(slug: str, scale: str, seed: int = 0) -> str:
+    "How a run of chapter `slug` is repeated: the command line, or the notebook for a run inside Jupyter."
+    argv0 = Path(sys.argv[0]).name if sys.argv and sys.argv[0] else ""
+    if "ipykernel" in argv0 or "ipykernel" in " ".join(sys.argv[:3]):
+        return f"papermill nbs/{slug}/03_evaluation.ipynb -p scale {scale} -p seed {seed} (python -m iclr25_repro run {slug})"
+    if sys.argv and "pytest" in " ".join(sys.argv[:2]):
+        return f"pytest (experiment.run of {slug} at scale {scale}, seed {seed})"
+    return " ".join(["python", *sys.argv]) if sys.argv and sys.argv[0] else f"experiment.run({slug}, {scale})"
+
+def provenance(slug: str, runtime_s: float, command: str | None = None, scale: str = "ci", seed: int = 0,
+               root: str | Path | None = None) -> dict[str, Any]:
+    "What a results file says about where it came from: the source key, the command, the machine, the wall time, the commit."
+    root = repo_root(root)
+    return {"key": source_key(slug, root), "key_of": KEY_OF, "command": command or default_command(slug, scale, seed),
+            "machine": machine(), "wall_s": round(float(runtime_s), 2), "git_sha": _git_sha(root)}
+
+def is_stale(doc: dict, root: str | Path | None = None) -> bool:
+    "True when results `doc` carries no provenance key or its key no longer matches the chapter's sources."
+    key = (doc.get("provenance") or {}).get("key")
+    return key is None or key != source_key(doc["chapter"], root)
 
 # %% ../../nbs/core/02_results.ipynb #be039abe
 def _kind_problems(doc: dict) -> list[str]:
@@ -323,7 +566,7 @@ def _kind_problems(doc: dict) -> list[str]:
     return problems
 
 def _light_check(doc: dict) -> None:
-    for key in RESULTS_SCHEMA["required"]:
+    for key in [*RESULTS_SCHEMA["required"], *(["provenance"] if doc.get("scale") in COMMITTED_SCALES else [])]:
         if key not in doc:
             raise ValueError(f"results document lacks {key!r}")
     for c in doc["claims"]:
@@ -332,8 +575,11 @@ def _light_check(doc: dict) -> None:
             raise ValueError(f"record {c.get('id')!r} has verdict {c.get('verdict')!r}; expected one of {allowed}")
 
 def validate_results(doc: dict) -> dict:
-    "Raise `ValueError` if `doc` does not follow RESULTS_SCHEMA; return it unchanged otherwise."
+    "Raise `ValueError` if `doc` does not follow RESULTS_SCHEMA (a committed scale must carry its provenance); return it unchanged otherwise."
     kinds = _kind_problems(doc)
+    if doc.get("scale") in COMMITTED_SCALES and "provenance" not in doc:
+        kinds.append(f"  provenance: a {doc.get('scale')} result is committed and must say where it came from "
+                     "(write it with make_results or python -m iclr25_repro experiment)")
     if kinds:
         raise ValueError("results document does not follow the schema:\n" + "\n".join(kinds))
     try:
@@ -355,12 +601,13 @@ def validate_results(doc: dict) -> dict:
 
 def make_results(slug: str, paper: dict, cfg: ScaledConfig, claims: list[dict], runtime_s: float,
                  seeds: list[int] | None = None, device: str | None = None, details: list[dict] | None = None,
-                 root: str | Path | None = None) -> dict:
-    "Assemble and validate a results document for one run of chapter `slug` with config `cfg`."
+                 root: str | Path | None = None, command: str | None = None) -> dict:
+    "Assemble and validate a results document for one run of chapter `slug` with config `cfg`, with its provenance."
     from iclr25_repro.core.runtime import describe_device
     doc = {"chapter": slug, "paper": dict(paper), "scale": cfg.scale,
            "device": device or describe_device(cfg.device), "seeds": list(seeds or [cfg.seed]),
-           "runtime_s": round(float(runtime_s), 2), "env": environment(root), "config": cfg.to_dict(),
+           "runtime_s": round(float(runtime_s), 2), "env": environment(root),
+           "provenance": provenance(slug, runtime_s, command, cfg.scale, cfg.seed, root), "config": cfg.to_dict(),
            "claims": list(claims)}
     if details is not None:
         doc["details"] = details
@@ -399,30 +646,118 @@ def fmt_interval(interval, digits: int = 3) -> str:
 def _with_interval(x, pair) -> str:
     return fmt(x) if pair is None else f"{fmt(x)} {fmt_interval(pair)}"
 
+def gates_text(gates) -> str:
+    "'name value >= threshold (passed)' for each gate, '—' for none."
+    if not gates:
+        return "—"
+    sign = {"higher": ">=", "lower": "<="}
+    return "; ".join(f"{g['name']} {fmt(g['value'])} {sign[g['better']]} {fmt(g['threshold'])} "
+                     f"({'passed' if g['passed'] else 'FAILED'})" for g in gates)
+
+def delta_text(c: dict) -> str:
+    "The smallest effect that matters as the rule uses it: '>= delta' (or '<= -delta'), a band, or '—'."
+    if c.get("band"):
+        lo, hi = c["band"]
+        return f"within [{fmt(lo) if lo is not None else '-inf'}, {fmt(hi) if hi is not None else 'inf'}]"
+    if c.get("delta") is None:
+        return "—"
+    return f"{'-' if c.get('better') == 'lower' else ''}{fmt(c['delta'])}"
+
+def _esc(x) -> str:
+    return str(x).replace("|", "\\|").replace("\n", " ")
+
 def claims_markdown(claims: list[dict]) -> str:
-    "Markdown tables of a run's records: the claims (paper vs ours vs baseline, the interval, the verdict), then the checks."
-    rows = ["| claim | paper | ours | baseline | interval the rule uses | verdict |", "|---|---|---|---|---|---|"]
+    "Markdown tables of a run's records: the claims (paper vs ours vs baseline, the interval, delta, gates, the verdict), then the checks."
+    rows = ["| claim | paper | ours | baseline | interval the rule uses | delta | gates | verdict |",
+            "|---|---|---|---|---|---|---|---|"]
     checks = ["| check | measured | verdict |", "|---|---|---|"]
     rules = []
-    esc = lambda x: str(x).replace("|", "\\|").replace("\n", " ")
     for c in claims:
         if c.get("kind") == "check":
-            checks.append("| " + " | ".join(esc(x) for x in [f"**{c['id']}**: {c['claim']}", f"{fmt(c['ours'])} ({c['metric']})",
-                                                             f"**{c['verdict']}**"]) + " |")
+            checks.append("| " + " | ".join(_esc(x) for x in [f"**{c['id']}**: {c['claim']}", f"{fmt(c['ours'])} ({c['metric']})",
+                                                              f"**{c['verdict']}**"]) + " |")
             continue
         iv = c.get("interval")
         paper = fmt(c["paper"]) + (f" ({c['paper_tests']})" if c.get("paper_tests") else "")
         cells = [f"**{c['id']}**: {c['claim']} (*{c['metric']}*)", paper, _with_interval(c["ours"], c.get("ours_interval")),
                  _with_interval(c["baseline"], c.get("baseline_interval")),
-                 "—" if iv is None else fmt_interval(iv),
+                 "—" if iv is None else fmt_interval(iv), delta_text(c), gates_text(c.get("gates")),
                  f"**{c['verdict'].replace('_', ' ')}**"]
-        rows.append("| " + " | ".join(esc(x) for x in cells) + " |")
+        rows.append("| " + " | ".join(_esc(x) for x in cells) + " |")
         where = "" if iv is None else (f" Interval: {iv['of']}, {iv['level']:.0%} {iv['method']}, "
                                        f"{iv['n']} replicates.")
-        rules.append(f"- **{c['id']}** rule: {c['rule'].rstrip('.')}.{where}" + (f" Note: {c['note']}" if c.get("note") else ""))
+        why = f" Delta: {c['delta_reason'].rstrip('.')}." if c.get("delta_reason") else ""
+        rules.append(f"- **{c['id']}** rule: {c['rule'].rstrip('.')}.{where}{why}" + (f" Note: {c['note']}" if c.get("note") else ""))
     parts = []
     if len(rows) > 2:
         parts += ["\n".join(rows), "", "\n".join(rules)]
     if len(checks) > 2:
         parts += ["", "\n".join(checks)]
     return "\n".join(parts)
+
+SCALE_ORDER = ("ci", "laptop", "full")   # the deciding scale is the largest that ran, stale results excluded
+
+def committed_results(slug: str, root: str | Path | None = None) -> dict[str, dict]:
+    "{scale: document} for the committed laptop and full results of chapter `slug` that exist (each validated)."
+    out = {}
+    for scale in COMMITTED_SCALES:
+        path = results_path(slug, scale, root)
+        if path.is_file():
+            doc = load_results(path)
+            if doc["chapter"] != slug or doc["scale"] != scale:
+                raise ValueError(f"{path}: says chapter={doc['chapter']!r}, scale={doc['scale']!r}")
+            out[scale] = doc
+    return out
+
+def deciding_scale(by_scale: dict[str, dict], stale=()) -> str | None:
+    "The scale that decides one claim, from {scale: its record}: the largest non-stale scale whose verdict is not not_run (else the largest non-stale one)."
+    ran = [s for s in SCALE_ORDER if s in by_scale and s not in stale]
+    decided = [s for s in ran if by_scale[s]["verdict"] != "not_run"]
+    return (decided or ran or [None])[-1]
+
+def _cell(c: dict | None, stale: bool) -> str:
+    if c is None:
+        return "—"
+    iv = c.get("interval")
+    text = f"**{c['verdict'].replace('_', ' ')}**" + ("" if iv is None else f" {fmt_interval(iv)}")
+    failed = [g for g in c.get("gates") or [] if not g["passed"]]
+    if failed:
+        text += " (gate: " + gates_text(failed) + ")"
+    return text + (" *stale*" if stale else "")
+
+def scales_markdown(doc: dict, root: str | Path | None = None, committed: dict[str, dict] | None = None) -> str:
+    "The claims of run `doc` beside the committed laptop and full results of its chapter: one verdict column per scale and the scale that decides."
+    slug = doc["chapter"]
+    others = committed_results(slug, root) if committed is None else committed
+    runs = {**{s: d for s, d in others.items() if s != doc["scale"]}, doc["scale"]: doc}
+    scales = [s for s in (*SCALE_ORDER, "tiny") if s in runs]
+    stale = {s for s, d in runs.items() if s in COMMITTED_SCALES and d is not doc and is_stale(d, root)}
+    by_id: dict[str, dict[str, dict]] = {}
+    for s in scales:
+        for c in runs[s]["claims"]:
+            if c.get("kind") == "claim":
+                by_id.setdefault(c["id"], {})[s] = c
+    head = ["claim", "paper", "delta", *scales, "decided by"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for cid, by in by_id.items():
+        first = by.get(doc["scale"]) or next(iter(by.values()))
+        paper = fmt(first["paper"]) + (f" ({first['paper_tests']})" if first.get("paper_tests") else "")
+        cells = [f"**{cid}**: {first['claim']}", paper, delta_text(first),
+                 *(_cell(by.get(s), s in stale) for s in scales), deciding_scale(by, stale) or "—"]
+        lines.append("| " + " | ".join(_esc(x) for x in cells) + " |")
+    notes = []
+    for s in scales:
+        if s == doc["scale"]:
+            continue
+        d = runs[s]
+        prov = d.get("provenance") or {}
+        m = prov.get("machine") or {}
+        notes.append(f"- **{s}**: `{prov.get('command', '?')}`, {d['runtime_s']:.0f} s on {d['device']}"
+                     + (f" ({m.get('cores')} cores, {m.get('torch_threads')} torch threads)" if m else "")
+                     + f", commit {prov.get('git_sha') or d['env'].get('git_sha')}, {d['env']['utc']}"
+                     + (". **Stale**: the chapter's code changed since this run (its provenance key no longer matches); "
+                        "it decides nothing until it is run again." if s in stale else "."))
+    if not [s for s in scales if s != doc["scale"]]:
+        notes.append(f"- No laptop or full result of {slug} is committed yet: every verdict above is from this run "
+                     f"(scale {doc['scale']}).")
+    return "\n".join(lines) + "\n\n" + "\n".join(notes) + "\n"

@@ -159,7 +159,7 @@ def one_thread():
         torch.set_num_threads(previous)
 
 # %% ../../nbs/core/01_runtime.ipynb #af3b16bc
-SCALES = ("tiny", "ci", "full")
+SCALES = ("tiny", "ci", "laptop", "full")
 
 @dataclass
 class ScaledConfig:

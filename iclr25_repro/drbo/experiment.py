@@ -12,7 +12,7 @@ from typing import ClassVar
 import numpy as np
 from scipy.stats import beta
 
-from ..core.results import check, claim, decide, mean_interval, paired_interval
+from ..core.results import check, claim, decide_threshold, mean_interval, paired_interval
 from ..core.runtime import ScaledConfig, map_jobs, pick_device, workers_device
 from .model import (BICScorer, DrBO, RandomDAGSearch, dag_metrics, dagma_graph, ges_graph, is_dag,
                                      load_sachs, prune_linear, simulate_gp_sem, simulate_linear_sem)
@@ -179,7 +179,7 @@ def efficiency_claim(rows: list[dict], d: int, epsilon: float, budget: int) -> d
     logr = np.array([np.log10(e / h) if h is not None else 0.0 for e, h in zip(e_rs, hits)])
     iv = mean_interval(logr, of="mean over seeds of log10(random search's expected evaluations, a 95% lower bound, / "
                        "DrBO's evaluations) to the target; 0 where DrBO missed")
-    dec = decide(iv)
+    dec = decide_threshold(iv)
     n_hit, n_cens = sum(h is not None for h in hits), sum(r["censored"] for r in rs)
     per_seed = ", ".join(f"seed {r['seed']}: DrBO {'never' if h is None else h}, random search "
                          f"{'> ' if q['censored'] else '>= '}{q['expected_evals']:,.0f}"
@@ -209,7 +209,7 @@ def ablation_claim(rows: list[dict], arm: str, id: str, text: str, d: int) -> di
                  paper=None, ours=float(np.mean([r["final_best"] for r in bo])),
                  baseline=float(np.mean([r["final_best"] for r in ab])), interval=iv,
                  rule="reproduced if the 95% interval of the paired difference lies above 0; partial if its mean does",
-                 **decide(iv), note="final best per seed, DrBO vs arm: " + ", ".join(
+                 **decide_threshold(iv), note="final best per seed, DrBO vs arm: " + ", ".join(
                      f"{a['final_best']:.4f} vs {b['final_best']:.4f}" for a, b in zip(bo, ab))
                       + "; the true DAG's score: " + ", ".join(f"{r['true_score']:.4f}" for r in bo))
 
@@ -249,7 +249,7 @@ def nonlinear_claim(rows: list[dict], d: int) -> dict:
                  "search)", paper=None, ours=float(np.mean([r["final_best"] for r in bo])),
                  baseline=float(np.mean([r["final_best"] for r in rs])), interval=iv,
                  rule="reproduced if the 95% interval of the paired difference lies above 0; partial if its mean does",
-                 **decide(iv), note="raw SHD (unpruned), DrBO vs random search: " + ", ".join(
+                 **decide_threshold(iv), note="raw SHD (unpruned), DrBO vs random search: " + ", ".join(
                      f"{a['raw_shd']} vs {b['raw_shd']}" for a, b in zip(bo, rs)) + "; true DAG's GP score minus "
                      "DrBO's best: " + ", ".join(f"{a['true_score'] - a['final_best']:+.4f}" for a in bo))
 
@@ -271,7 +271,7 @@ def sachs_claim(rows: list[dict], baselines: tuple) -> dict:
     iv = mean_interval([r["shd"] for r in bo], of="mean SHD of DrBO over search seeds")
     return claim("C5-sachs", text, f"SHD to the 18-edge consensus graph (GP score, log-standardised data; baseline: "
                  f"{best})", paper=9, paper_tests="direction", ours=iv["estimate"], baseline=lib[best], interval=iv,
-                 rule=rule, **decide(iv, lib[best], better="lower"),
+                 rule=rule, **decide_threshold(iv, lib[best], better="lower"),
                  note="SHD: " + ", ".join(f"{m} {v}" for m, v in lib.items()) + "; random search "
                       + ", ".join(str(r["shd"]) for r in _rows(rows, "sachs", "random search"))
                       + "; DrBO " + ", ".join(str(r["shd"]) for r in bo) + "; GP results unpruned (the paper: KCI pruning)")

@@ -13,7 +13,7 @@ from typing import ClassVar
 import numpy as np
 import torch
 
-from ..core.results import check, claim, decide, mean_interval, paired_interval
+from ..core.results import check, claim, decide_threshold, mean_interval, paired_interval
 from ..core.runtime import ScaledConfig, map_jobs, one_thread, pick_device, workers_device
 from .model import (BoxReLUNet, Clusters, Teacher, accuracy, best_of, coverage_accuracy,
                                           erm_bound, fit_erm, logistic_loss, margin_bound, margins, rademacher_bound,

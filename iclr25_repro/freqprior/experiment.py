@@ -12,7 +12,7 @@ from typing import ClassVar
 import numpy as np
 import torch
 
-from ..core.results import check, claim, decide, mean_interval, paired_interval
+from ..core.results import check, claim, decide_threshold, mean_interval, paired_interval
 from ..core.runtime import ScaledConfig, map_jobs, one_thread, workers_device
 from ..core.runtime import pick_device
 from .noise import (VideoDiffusionSampler, animatediff_ddim_scheduler, butterworth_filter,
@@ -366,7 +366,7 @@ def _c2_claim(b_reps: list[list[dict]]) -> dict:
                          of="mean over the replicate groups of FreqPrior's minus FreeInit's transition-band power ratio")
     iv_low = paired_interval(col("freqprior", "low_error"), col("gaussian", "low_error"),
                              of="mean over the groups of FreqPrior's minus Gaussian initialisation's low-frequency error")
-    more_hf, closes = decide(iv, 0.1)["reproduced"], decide(iv_low, 0.0, better="lower")["reproduced"]
+    more_hf, closes = decide_threshold(iv, 0.1)["reproduced"], decide_threshold(iv_low, 0.0, better="lower")["reproduced"]
     b = {r["method"]: r for r in mean_rows(b_reps)}
     return claim("C2-spectrum", "With an exact denoiser, FreqPrior keeps more power than FreeInit in the filter's "
                  "transition band while closing the low-frequency gap of Gaussian noise.",
@@ -390,7 +390,7 @@ def _c4_claim(c_results: list[dict]) -> dict:
     lost = {m: np.abs(np.log(hf[m] / hf["gaussian"])) for m in ("freeinit", "freqprior")}   # HF change from Gaussian
     iv_hf = mean_interval(lost["freeinit"] - lost["freqprior"],
                           of="mean over seeds of |log HF(FreeInit) / HF(Gaussian)| - |log HF(FreqPrior) / HF(Gaussian)|")
-    less, keeps = decide(iv, 0.0, better="lower"), decide(iv_hf, 0.0)
+    less, keeps = decide_threshold(iv, 0.0, better="lower"), decide_threshold(iv_hf, 0.0)
     rule = ("reproduced if the 95% interval over seeds of the mean log flicker ratio FreqPrior / Gaussian lies below 0 "
             "and that of |log HF(FreeInit) / HF(Gaussian)| - |log HF(FreqPrior) / HF(Gaussian)| (HF: high-frequency "
             "energy; FreqPrior changes Gaussian initialisation's less than FreeInit does) above 0; partial if one of the "

@@ -16,7 +16,7 @@ from typing import ClassVar
 import numpy as np
 import torch
 
-from ..core.results import check, claim, decide, mean_interval, paired_interval
+from ..core.results import check, claim, decide_threshold, mean_interval, paired_interval
 from ..core.runtime import ScaledConfig, map_jobs, one_thread, pick_device, workers_device
 from .model import (CausalLM, TopicGrammar, all_solutions, avoid_constraint, clash_mask,
                                      genc_sample, masked_sample, random_sudoku_grids, rejection_sample, shidoku_model,
@@ -520,7 +520,7 @@ def make_claims(parts: dict, cfg) -> list[dict]:
         ours=float(tox(method="Gen-C", S=Lmax).mean()), baseline=float(tox(method="word banning").mean()),
         rule="Paired over trained models: reproduced if the 95% t interval of the toxic-topic rate of word banning - "
              f"Gen-C (S={Lmax}) lies above 0; partial if its estimate does; otherwise not reproduced.",
-        **decide(iv), interval=iv, note=f"the trained models' own P(toxic | no banned word) "
+        **decide_threshold(iv), interval=iv, note=f"the trained models' own P(toxic | no banned word) "
                                         f"{np.mean([r['target_toxic'] for r in gr]):.3f}"))
     Ls = cfg.lm_sir_match
     gap = lambda **m: np.abs(tox(**m) - _per_seed(gr, "target_toxic", gseeds, **m))
@@ -534,7 +534,7 @@ def make_claims(parts: dict, cfg) -> list[dict]:
         baseline=float(gap(method="word banning + SIR").mean()),
         rule="Paired over trained models: reproduced if the 95% t interval of |rate - target| of word banning + SIR "
              f"minus that of Gen-C (S={Ls}, the same evaluations) lies above 0; partial if its estimate does; "
-             "otherwise not reproduced.", **decide(iv5), interval=iv5))
+             "otherwise not reproduced.", **decide_threshold(iv5), interval=iv5))
     genc_valid = min(r["valid"] for r in sh if r["method"] == "Gen-C")
     claims.append(check("K1-valid", "Every Gen-C output on Shidoku is a valid grid and none on the grammar holds a "
                         "banned word (by construction: the circuit samples only models of the constraint).",

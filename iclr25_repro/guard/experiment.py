@@ -12,7 +12,7 @@ from typing import ClassVar
 import numpy as np
 import torch
 
-from ..core.results import check, claim, decide, mean_interval, paired_interval
+from ..core.results import check, claim, decide_threshold, mean_interval, paired_interval
 from ..core.runtime import ScaledConfig, map_jobs, one_thread, pick_device, workers_device
 from .model import (CausalLMProposal, TokenBoost, all_sequences, check_sequences, contains, dpg, estimate_report,
                                       exact_report, first_position, guard_sample, logit_boost, prompt_analogue,
@@ -489,7 +489,7 @@ def make_claims(a: dict, b: dict, c: dict | None = None) -> list[dict]:
         "C3-position", "Prompting distorts where the constrained token appears, more than a DPG-trained proposal.",
         "total variation between the first-position distributions of the token under g' and g: the learned prompt "
         f"(Part B), against {pb['best']}", paper=None, ours=tv_prompt, baseline=float(np.mean(list(tv_dpg.values()))),
-        interval=iv, **decide(iv),
+        interval=iv, **decide_threshold(iv),
         rule="reproduced if the 95% interval of the learned prompt's positional TV minus the DPG-based proposal's, "
              "over the proposal's seeds, lies above 0; partial if its mean is above 0",
         note="one learned prompt (one GPT-2), so the interval carries only the DPG-based proposal's seed-to-seed "

@@ -14,7 +14,7 @@ from typing import ClassVar
 import numpy as np
 import torch
 
-from ..core.results import check, claim, decide, mean_interval, paired_interval
+from ..core.results import check, claim, decide_threshold, mean_interval, paired_interval
 from ..core.runtime import ScaledConfig, map_jobs, one_thread, pick_device, workers_device
 from .model import SCANS, SSMConfig, SSMForCausalLM, llama_baseline, mqar, query_accuracy, scan_sequential
 
@@ -426,7 +426,7 @@ def make_claims(results: list[dict], bench: list[dict], lm: list[dict], cfg) -> 
         interval=iv, rule="reproduced if the 95% interval of the paired difference (Longhorn - Mamba-style accuracy) "
         "lies above 0; partial if its estimate does; each model at the learning rate of the sweep with the lower "
         "final training loss on a tuning seed",
-        **decide(iv), note=f"accuracy (mean over seeds): {accs}; chance {chance:.3f}; Llama (attention) is a ceiling "
+        **decide_threshold(iv), note=f"accuracy (mean over seeds): {accs}; chance {chance:.3f}; Llama (attention) is a ceiling "
         f"only if it is near 1. The paper shows MQAR accuracy against width in a figure (no table)"))
 
     iv2 = paired_interval(acc["Longhorn"], acc["Explicit"], of="mean over seeds of Longhorn - explicit-step accuracy")
@@ -445,7 +445,7 @@ def make_claims(results: list[dict], bench: list[dict], lm: list[dict], cfg) -> 
         rule="reproduced if the 95% interval of the paired difference (Longhorn - explicit accuracy) lies above 0, or "
              "if the explicit step diverged (a non-finite loss or gradient) in more than half of its runs and Longhorn "
              "in none; partial if the difference's estimate is above 0",
-        reproduced=decide(iv2)["reproduced"] or unstable, partial=decide(iv2)["partial"] or unstable,
+        reproduced=decide_threshold(iv2)["reproduced"] or unstable, partial=decide_threshold(iv2)["partial"] or unstable,
         note=f"diverged runs: Longhorn {n_div['Longhorn']}, explicit {n_div['Explicit']}, explicit with normalised "
              f"keys {n_div['Explicit, normalised keys']} of {n_runs} each; Longhorn - explicit with normalised keys "
              f"{ivn['estimate']:+.3f} [{ivn['lo']:+.3f}, {ivn['hi']:+.3f}]; the explicit step's smallest decay over "
@@ -519,7 +519,7 @@ def make_claims(results: list[dict], bench: list[dict], lm: list[dict], cfg) -> 
             verdict = {"reproduced": True}
         else:
             iv5 = paired_interval(val["Mamba-style"], val["Longhorn"], of="Mamba-style - Longhorn final validation loss")
-            verdict = decide(iv5)
+            verdict = decide_threshold(iv5)
         mean_last = lambda m: float(np.nanmean(last(m))) if np.isfinite(last(m)).any() else None
         n_tokens = cfg.lm_steps * cfg.lm_batch * cfg.lm_length
         n_params = int(np.mean([r["parameters"] for r in lm if r["model"] == "Longhorn"]))

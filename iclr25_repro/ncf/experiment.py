@@ -13,7 +13,7 @@ from typing import ClassVar
 import numpy as np
 import torch
 
-from ..core.results import check, claim, decide, mean_interval, paired_interval
+from ..core.results import check, claim, decide_threshold, mean_interval, paired_interval
 from ..core.runtime import ScaledConfig, map_jobs, one_thread, pick_device, workers_device
 from .model import NCF, SYSTEMS, generate, rk4
 
@@ -280,7 +280,7 @@ def _ratio_claim(id: str, text: str, metric: str, iv: dict, ratio: str, note: st
     rule = (f"reproduced if the 95% interval of the mean per-seed log ratio {ratio} lies "
             f"{'below' if above is None else 'above'} {words}" + (f" and {extra[0]}" if extra else "")
             + "; partial if " + ("both estimates do" if extra else "its estimate does"))
-    d = decide(iv, threshold, better=better)
+    d = decide_threshold(iv, threshold, better=better)
     if extra:
         d = {"reproduced": d["reproduced"] and extra[1], "partial": d["partial"] and extra[2]}
     if gate:

@@ -14,7 +14,7 @@ from typing import ClassVar
 import numpy as np
 import torch
 
-from ..core.results import check, claim, decide, mean_interval, paired_interval
+from ..core.results import check, claim, decide_threshold, mean_interval, paired_interval
 from ..core.runtime import ScaledConfig, pick_device
 from .model import (ARENA_MIX, ARITHMETIC_MIX, A_WINS, B_WINS, CHAT_MIX, JUDGE_MIX,
                                          KNOWLEDGE_MIX, TIE, BertRouter, MFRouter, Preferences, RandomRouter,
@@ -419,7 +419,7 @@ def make_claims(summary: dict, names, sensitivity: list[dict] | None = None) -> 
         "distribution (the paper's headline: MF from 0.580 to 0.802 APGR on MT Bench).",
         "APGR lift of MF on the chat benchmark, Arena + judge minus Arena only",
         paper=0.222, paper_tests="direction", ours=lifts["MF"]["estimate"], baseline=0.0, interval=lifts["MF"],
-        **decide(lifts["MF"]),
+        **decide_threshold(lifts["MF"]),
         rule="direction only: reproduced if the 95% interval of MF's lift, paired over worlds, lies above 0; partial "
              "if its mean is above 0",
         note=f"MF {a0['apgr']:.3f} -> {a1['apgr']:.3f} (paper 0.580 -> 0.802), CPT(50%) {100 * a0['cpt50']:.1f}% -> "

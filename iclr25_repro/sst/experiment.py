@@ -14,7 +14,7 @@ from typing import ClassVar
 import numpy as np
 import torch
 
-from ..core.results import check, claim, decide, mean_interval, paired_interval
+from ..core.results import check, claim, decide_threshold, mean_interval, paired_interval
 from ..core.runtime import ScaledConfig, map_jobs, one_thread, pick_device, workers_device
 from .model import (COMPLETIONS, backward_elimination, complete, explain, greedy_by_attribution,
                                     load_digits, load_fashion_mnist, load_mnist, minimum_sufficient, size, sufficient,
@@ -359,7 +359,7 @@ def make_claims(rows: list[dict], cfg) -> list[dict]:
         "test accuracy", paper=None, ours=float(acc_ste.mean()), baseline=float(acc_std.mean()),
         rule=f"Reproduced if the 95% t interval of the paired accuracy difference (SST - standard) lies above "
              f"-{cfg.acc_tol:g}; partial if its estimate does; otherwise not reproduced.",
-        **decide(iv, -cfg.acc_tol), interval=iv))
+        **decide_threshold(iv, -cfg.acc_tol), interval=iv))
 
     coded_sizes = [r["size_all"] for r in rows if r["method"] == coded]
     d = min(r.get("pixels", 64) for r in rows)

@@ -14,7 +14,7 @@ from typing import ClassVar
 import numpy as np
 import torch
 
-from ..core.results import check, claim, decide, mean_interval, paired_interval
+from ..core.results import check, claim, decide_threshold, mean_interval, paired_interval
 from ..core.runtime import ScaledConfig, map_jobs, one_thread, pick_device, workers_device
 from .optim import (convergence_fit, er_constants, least_squares, ls_loss, ls_problem,
                                      theory_step_sizes, unified_sam_ls,
@@ -343,7 +343,7 @@ def _accuracy_claim(best: dict, ours: str, base: str, what: str, id: str, text: 
     return claim(id, text, metric, paper=paper, paper_tests="direction", ours=o["estimate"], baseline=b["estimate"],
                  interval=vs, ours_interval=(o["lo"], o["hi"]), baseline_interval=(b["lo"], b["hi"]),
                  rule=f"reproduced if the 95% paired t interval over seeds of ({what}) lies above 0; partial if its mean "
-                      "does", note=note, **decide(vs))
+                      "does", note=note, **decide_threshold(vs))
 
 def sam_type(rows: list[dict]) -> list[dict]:
     "Rows relabelled 'SAM-type' for SAM and lambda_t = 1 - 1/t, so that `select` picks between them on validation."
