@@ -45,8 +45,10 @@ $(MATHJAX):
 	@cp -r .cache/npm/package/es5/. book/_assets/mathjax/
 mathjax: $(MATHJAX)
 
+# nbdev writes the modules; each chapter's __init__.py re-exports its public names (nbdev cannot target __init__).
 export: venv
 	$(BIN)/nbdev_export
+	$(BIN)/python -m iclr25_repro inits
 
 # Execute notebooks with papermill into book/<slug>/ (a failed notebook is never left in the book); chapters whose
 # inputs did not change since their last run are not executed again (.cache/chapters/).

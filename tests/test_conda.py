@@ -211,26 +211,77 @@ def test_worlds():
     assert experiment.typos("abcdef", 0.0, rng) == "abcdef"
 
 
-def test_claim_rules_follow_the_numbers():
-    seeds = [0, 1, 2]
+def _rule_rows(seeds, conda_flip, conda_none=None, pl_wg=0.85):
+    "Rows of a text world: CBM 0.9 -> 0.5 under the flip, the probe 0.95 -> 0.9; CONDA's AVG (and WG) per seed given."
     rows = []
     for s in seeds:
         for fam, tgt in (("none", "source test"), ("concept-level", "flip")):
             for arm, v in (("CBM", 0.9 if fam == "none" else 0.5), ("linear probe", 0.95 if fam == "none" else 0.9),
-                           ("pseudo-labels", 0.9), ("CONDA", 0.9 if fam == "none" else 0.7 + 0.01 * s),
-                           ("CONDA - LPA", 0.6), ("LPA", 0.6), ("oracle LPA", 0.95)):
+                           ("pseudo-labels", 0.9), ("CONDA - LPA", 0.6), ("LPA", 0.6), ("oracle LPA", 0.95),
+                           ("CONDA", conda_flip[s] if fam != "none" else (conda_none or {}).get(s, 0.9))):
                 rows.append(dict(world="text", seed=s, target=tgt, family=fam, arm=arm, episodic=False, avg=v,
-                                 wg=v - 0.05, acc=v))
+                                 wg=pl_wg if arm == "pseudo-labels" else v - 0.05, acc=v))
+    return rows
+
+
+def _verdicts(rows, seeds, words=()):
+    return {c["id"]: c["verdict"] for c in experiment.make_claims(rows, list(words), seeds,
+                                                                   experiment.Config.preset("tiny"))}
+
+
+def test_claim_rules_follow_the_numbers():
+    "Each claim's verdict follows its interval against its delta: every verdict the rules can give, the gate included."
+    seeds = [0, 1, 2]
+    d2, d5 = experiment.DELTAS["C2"][0], experiment.DELTAS["C5"][0]
+    v = _verdicts(_rule_rows(seeds, {s: 0.7 + 0.01 * s for s in seeds}), seeds)
+    assert v["C1-concept-level"] == "reproduced"   # the CBM drops 0.4, the probe 0.05
+    assert v["C2-concept-level"] == "reproduced"   # +0.2 in AVG and WG, far above delta
+    assert v["C3-LPA"] == "reproduced"
+    assert v["C5-no-harm"] == "reproduced"
+    # a real gain below delta: partial
+    v = _verdicts(_rule_rows(seeds, {s: 0.5 + d2 / 4 + 0.001 * s for s in seeds}), seeds)
+    assert v["C2-concept-level"] == "partial"
+    # a gain whose interval spans 0 and reaches delta: inconclusive
+    v = _verdicts(_rule_rows(seeds, {0: 0.5 - 2 * d2, 1: 0.5 + 2 * d2, 2: 0.5 + 3 * d2}), seeds)
+    assert v["C2-concept-level"] == "inconclusive"
+    # CONDA below the CBM: not reproduced
+    v = _verdicts(_rule_rows(seeds, {s: 0.4 - 0.01 * s for s in seeds}), seeds)
+    assert v["C2-concept-level"] == "not_reproduced"
+    # the gate: pseudo-labels whose worst class sits at the floor leave C2 not run, whatever CONDA does
+    cl = {c["id"]: c for c in experiment.make_claims(_rule_rows(seeds, {s: 0.7 + 0.01 * s for s in seeds}, pl_wg=0.0),
+                                                     [], seeds, experiment.Config.preset("tiny"))}
+    assert cl["C2-concept-level"]["verdict"] == "not_run"
+    assert cl["C2-concept-level"]["gates"][0]["passed"] is False and cl["C2-concept-level"]["gates"][0]["value"] == 0
+    assert cl["C1-concept-level"]["verdict"] == "reproduced"   # the gate is C2's alone
+    # C5, non-inferiority with margin delta: inside, across the edge, wholly below
+    v = _verdicts(_rule_rows(seeds, {s: 0.7 for s in seeds}, {0: 0.9 - 4 * d5, 1: 0.9 - 3 * d5, 2: 0.9 - 5 * d5}),
+                  seeds)
+    assert v["C5-no-harm"] == "not_reproduced"
+    v = _verdicts(_rule_rows(seeds, {s: 0.7 for s in seeds}, {0: 0.9 - 3 * d5, 1: 0.9 + d5, 2: 0.9}), seeds)
+    assert v["C5-no-harm"] == "inconclusive"
+    # C4: the share of the removed concepts' words, adapted minus initial, against its delta
+    d4 = experiment.DELTAS["C4"][0]
+    words = lambda gain: [dict(seed=s, sign="intended", hits=0.2 + gain[s], hits_init=0.2) for s in seeds]
+    rows = _rule_rows(seeds, {s: 0.7 for s in seeds})
+    assert _verdicts(rows, seeds, words({0: 1.5 * d4, 1: 2 * d4, 2: 1.8 * d4}))["C4-words"] == "reproduced"
+    assert _verdicts(rows, seeds, words({0: d4 / 4, 1: d4 / 3, 2: d4 / 5}))["C4-words"] == "partial"
+    assert _verdicts(rows, seeds, words({0: -d4, 1: d4, 2: 2 * d4}))["C4-words"] == "inconclusive"
+    assert _verdicts(rows, seeds, words({0: 0.0, 1: -0.04, 2: 0.02}))["C4-words"] == "not_reproduced"
+
+
+def test_a_claim_over_worlds_takes_the_weakest_world():
+    "C1 holds in the text world and fails in the image world: the claim is not reproduced."
+    seeds = [0, 1, 2]
+    rows = _rule_rows(seeds, {s: 0.7 for s in seeds})
+    for r in [dict(r) for r in rows]:
+        r["world"] = "image"
+        if r["arm"] == "CBM" and r["family"] != "none":
+            r["avg"] = 0.85 - 0.002 * r["seed"]  # the image CBM drops as little as the probe
+        rows.append(r)
     cl = {c["id"]: c for c in experiment.make_claims(rows, [], seeds, experiment.Config.preset("tiny"))}
-    assert cl["C1-concept-level"]["verdict"] == "reproduced"   # CBM drops 0.4, the probe 0.05
-    assert cl["C2-concept-level"]["verdict"] == "reproduced"
-    assert cl["C3-LPA"]["verdict"] == "reproduced"
-    assert cl["C5-no-harm"]["verdict"] == "reproduced"
-    for r in rows:
-        if r["arm"] == "CONDA" and r["family"] != "none":
-            r["avg"] = r["wg"] = 0.4 - 0.01 * r["seed"]
-    cl = {c["id"]: c for c in experiment.make_claims(rows, [], seeds, experiment.Config.preset("tiny"))}
-    assert cl["C2-concept-level"]["verdict"] == "not_reproduced"
+    assert cl["C1-concept-level"]["verdict"] == "not_reproduced"
+    assert "text" in cl["C1-concept-level"]["note"] and "reproduced" in cl["C1-concept-level"]["note"]
+    assert cl["C1-concept-level"]["delta"] == experiment.DELTAS["C1"][0]
 
 
 class _BagOfWords:

@@ -215,6 +215,8 @@ def test_results_roundtrip(tmp_root):
     (lambda d: d.update(claims=[]), "claims"),
     (lambda d: d["claims"][0].update(verdict="sort of"), "verdict"),
     (lambda d: d["claims"][0].update(ours=None), "ours"),          # a verdict with no measurement
+    (lambda d: d["claims"][0].update(delta=None), "delta"),        # a verdict with no smallest effect that matters
+    (lambda d: d["claims"][0].update(delta_reason=""), "delta_reason"),
     (lambda d: d["claims"][0].update(extra=1), "extra"),
     (lambda d: d.update(scale="huge"), "scale"),
     (lambda d: d["paper"].update(arxiv="arXiv:2501"), "arxiv"),
@@ -306,6 +308,17 @@ def test_book_cell_tags():
     assert tags == [["remove-cell"], None, ["parameters", "remove-cell"], ["remove-input"], ["remove-output"], None]
     assert nb["cells"][1]["source"] == "x = 1"
     assert nb["cells"][5]["source"] == "#| not a directive in markdown"
+    # what the reader did not come for: imports and the parameters hidden, the configuration collapsed
+    nb = {"cells": [
+        {"cell_type": "code", "metadata": {}, "source": "#| export\nfrom __future__ import annotations\nimport numpy as np"},
+        {"cell_type": "code", "metadata": {}, "source": "import numpy as np\nnp.ones(3)"},
+        {"cell_type": "code", "metadata": {"tags": ["injected-parameters"]}, "source": "scale = 'laptop'"},
+        {"cell_type": "code", "metadata": {}, "source": "#| export\n@dataclass\nclass Config(ScaledConfig):\n    n: int = 1"},
+        {"cell_type": "code", "metadata": {}, "source": "cfg = Config.preset(scale)"},
+    ]}
+    cli.book_cell_tags(nb)
+    assert [c["metadata"].get("tags") for c in nb["cells"]] == [
+        ["remove-cell"], None, ["injected-parameters", "remove-cell"], ["hide-input"], None]
 
 
 def test_chapter_discovery():
@@ -539,13 +552,10 @@ def test_paired_interval_and_decide():
     above = {"estimate": 1.0, "lo": 0.2, "hi": 1.8}
     across = {"estimate": 1.0, "lo": -0.2, "hi": 2.2}
     below = {"estimate": -1.0, "lo": -2.0, "hi": 0.5}
-    # the older threshold rule, kept for code written before delta
-    assert results.decide_threshold(above) == {"reproduced": True, "partial": True}
-    assert results.decide_threshold(across) == {"reproduced": False, "partial": True}
-    assert results.decide_threshold(below) == {"reproduced": False, "partial": False}
-    assert results.decide_threshold(below, better="lower") == {"reproduced": False, "partial": True}
-    assert not results.decide_threshold({"estimate": 0.5, "lo": 0.0, "hi": 1.0})["reproduced"]   # touching 0 is not above it
     assert results.decide(across, 0.5) == "inconclusive" and results.decide(above, 0.5) == "reproduced"
+    assert results.decide(below, 0.5) == "inconclusive" and results.decide(below, 0.6) == "not_reproduced"
+    assert results.decide(below, 0.5, better="lower") == "inconclusive"
+    assert results.decide({"estimate": 0.5, "lo": 0.0, "hi": 1.0}, 0.5) == "inconclusive"   # touching 0 is not above it
 
 
 # --- prose from the run --------------------------------------------------------------------------

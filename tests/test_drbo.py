@@ -425,34 +425,70 @@ def _verdicts(rows, cfg=None):
     return {c["id"]: c["verdict"] for c in experiment.make_claims(rows, cfg)}
 
 
+def test_deltas_are_fixed_and_complete():
+    ids = {"C1-efficiency", "C2-surrogate", "C3-trust-region", "C4-accuracy", "C5-sachs", "C6-nonlinear"}
+    assert set(experiment.DELTAS) == ids
+    assert all(v > 0 and len(why) > 20 for v, why in experiment.DELTAS.values())
+    assert experiment.delta_of("C1-efficiency")[0] == pytest.approx(math.log10(2))
+    # the score claims' delta is one edge penalty, the BIC's own per-edge price
+    X, _ = simulate_linear_sem(d=10, n=1000, edges_per_node=2.0, seed=0)
+    assert experiment.delta_of("C2-surrogate", 1000, 10)[0] == pytest.approx(BICScorer(X, "ev").penalty)
+    assert experiment.delta_of("C6-nonlinear", 1000, 10)[0] == pytest.approx(math.log(1000) / 10_000)
+
+
 def test_claim_rules_at_their_boundaries():
     cfg = _cfg(baselines=("DAGMA",))
+    pen = math.log(cfg.n) / (cfg.n * 10)                              # C2/C3's delta, one edge penalty
     good = _rows([-0.01] * 4, [-0.3, -0.35, -0.2, -0.4], [400, 500, 600, 450], [2000] * 4, [0, 0, 0, 0], [1, 2, 1, 1])
     v = _verdicts(good, cfg)
     assert (v["C1-efficiency"], v["C2-surrogate"], v["C3-trust-region"], v["C4-accuracy"], v["C5-sachs"]) == \
         ("reproduced", "reproduced", "reproduced", "reproduced", "not_run")
-    # one miss within the budget: C1 cannot be reproduced, however large the ratio; misses on most seeds: not even partial
+    recs = {c["id"]: c for c in experiment.make_claims(good, cfg) if c["kind"] == "claim"}
+    assert recs["C1-efficiency"]["delta"] == pytest.approx(math.log10(2)) and recs["C4-accuracy"]["better"] == "lower"
+    assert recs["C2-surrogate"]["delta"] == pytest.approx(pen) and all(r["delta_reason"] for r in recs.values())
+    # C1: a speed-up of about 1.5x on every seed is real but below the two-fold delta: partial
+    small = _rows([-0.01] * 4, [-0.3] * 4, [400, 500, 600, 450], [600, 760, 890, 680], [0] * 4, [1] * 4)
+    assert _verdicts(small, cfg)["C1-efficiency"] == "partial"
+    # a miss counts as no speed-up: one miss widens the interval across 0 (inconclusive), as do misses on most seeds
     miss = _rows([-0.01] * 4, [-0.3] * 4, [400, None, 600, 450], [2000] * 4, [0] * 4, [1] * 4)
-    assert _verdicts(miss, cfg)["C1-efficiency"] == "partial"
+    assert _verdicts(miss, cfg)["C1-efficiency"] == "inconclusive"
     never = _rows([-0.01] * 4, [-0.3] * 4, [None, None, None, 450], [2000] * 4, [0] * 4, [1] * 4)
-    assert _verdicts(never, cfg)["C1-efficiency"] == "not_reproduced"
+    assert _verdicts(never, cfg)["C1-efficiency"] == "inconclusive"
     both_censored = _rows([-0.01] * 4, [-0.3] * 4, [None] * 4, [2000] * 4, [0] * 4, [1] * 4)
     assert _verdicts(both_censored, cfg)["C1-efficiency"] == "not_reproduced"
-    # random search as fast as DrBO: not reproduced
+    # random search as fast as DrBO: the interval holds 0 and stays below delta
     even = _rows([-0.01] * 4, [-0.3] * 4, [400, 500, 600, 450], [380, 520, 590, 430], [0] * 4, [1] * 4)
     assert _verdicts(even, cfg)["C1-efficiency"] == "not_reproduced"
-    # the arm as good as DrBO on average: C2 and C3 fail; mean above 0 but a wide interval: partial
+    # C2/C3: the arm as good as DrBO on average with a spread of many edge penalties: inconclusive
     same = _rows([-0.01, -0.02, -0.01, -0.03], [-0.02, -0.01, -0.03, -0.01], [400] * 4, [2000] * 4, [0] * 4, [0] * 4)
     vs = _verdicts(same, cfg)
-    assert vs["C2-surrogate"] == vs["C3-trust-region"] == "not_reproduced"
+    assert vs["C2-surrogate"] == vs["C3-trust-region"] == "inconclusive"
     noisy = _rows([-0.01, -0.3, -0.01, -0.01], [-0.2, -0.01, -0.2, -0.02], [400] * 4, [2000] * 4, [0] * 4, [0] * 4)
-    assert _verdicts(noisy, cfg)["C2-surrogate"] == "partial"
-    # all zero SHD is saturated (not run); ties elsewhere are partial; a worse DrBO is not reproduced
+    assert _verdicts(noisy, cfg)["C2-surrogate"] == "inconclusive"
+    # DrBO ahead on every seed by less than one edge penalty: real, smaller than matters
+    tiny_gap = _rows([-0.01] * 4, [-0.01 - f * pen for f in (0.4, 0.5, 0.45, 0.35)], [400] * 4, [2000] * 4, [0] * 4,
+                     [1] * 4)
+    assert _verdicts(tiny_gap, cfg)["C2-surrogate"] == "partial"
+    # the arm level with DrBO to a fraction of an edge penalty: not reproduced
+    level = _rows([-0.01] * 4, [-0.01 + f * pen for f in (0.1, -0.1, 0.05, -0.05)], [400] * 4, [2000] * 4, [0] * 4,
+                  [1] * 4)
+    assert _verdicts(level, cfg)["C3-trust-region"] == "not_reproduced"
+    # C4: all zero SHD fails the saturation gate (not run, the gate's numbers recorded)
     assert vs["C4-accuracy"] == "not_run"
+    c4 = next(c for c in experiment.make_claims(same, cfg) if c["id"] == "C4-accuracy")
+    assert c4["gates"][0]["passed"] is False and c4["gates"][0]["value"] == 0 and c4["interval"] is not None
     tie = _rows([-0.01] * 4, [-0.3] * 4, [400] * 4, [2000] * 4, [0, 1, 0, 1], [1, 0, 1, 0])
-    assert _verdicts(tie, cfg)["C4-accuracy"] == "partial"
+    assert _verdicts(tie, cfg)["C4-accuracy"] == "inconclusive"
     worse = _rows([-0.01] * 4, [-0.3] * 4, [400] * 4, [2000] * 4, [2, 3, 2, 2], [0, 0, 0, 1])
     assert _verdicts(worse, cfg)["C4-accuracy"] == "not_reproduced"
+    # DrBO better by one edge on half of 20 data sets: real, but half an edge on average, below delta = 1
+    k = 20
+    half = _rows([-0.01] * k, [-0.3] * k, [400] * k, [2000] * k, [0] * k, [1, 0] * (k // 2))
+    assert _verdicts(half, cfg)["C4-accuracy"] == "partial"
+    # one replicate (a smoke run): every claim not run, still stating its delta
+    one = [r for r in good if r["seed"] == 0]
+    assert all(c["verdict"] == "not_run" and c["delta"] > 0 for c in experiment.make_claims(one, cfg)
+               if c["kind"] == "claim")
 
 
 def test_bookkeeping_check_fails_on_broken_searches():
@@ -465,16 +501,22 @@ def test_bookkeeping_check_fails_on_broken_searches():
 
 
 def test_nonlinear_claim_rule():
+    pen = math.log(1000) / (1000 * 10)                              # delta: one edge penalty at n = 1000, d = 10
     rows = []
     for s, (a, b) in enumerate([(-0.1, -0.4), (-0.2, -0.5), (-0.15, -0.3)]):
         rows += [dict(dataset="gp", d=10, seed=s, method="DrBO", final_best=a, raw_shd=3, true_score=0.0),
                  dict(dataset="gp", d=10, seed=s, method="random search", final_best=b, raw_shd=9, true_score=0.0)]
-    assert experiment.nonlinear_claim(rows, 10)["verdict"] == "reproduced"
-    for r in rows:
-        if r["method"] == "random search":
-            r["final_best"] += 0.3
-    assert experiment.nonlinear_claim(rows, 10)["verdict"] in ("partial", "not_reproduced")
-    assert experiment.nonlinear_claim(rows[:2], 10)["verdict"] == "not_run"
+    c = experiment.nonlinear_claim(rows, 10, 1000)
+    assert c["verdict"] == "reproduced" and c["delta"] == pytest.approx(pen)
+    def moved(gaps):                                                  # random search = DrBO - gap on each seed
+        out = [dict(r) for r in rows]
+        for r, g in zip([r for r in out if r["method"] == "random search"], gaps):
+            r["final_best"] = next(q["final_best"] for q in out if q["method"] == "DrBO" and q["seed"] == r["seed"]) - g
+        return out
+    assert experiment.nonlinear_claim(moved([0.0, 0.0, -0.15]), 10, 1000)["verdict"] == "inconclusive"
+    assert experiment.nonlinear_claim(moved([0.3 * pen, 0.35 * pen, 0.32 * pen]), 10, 1000)["verdict"] == "partial"
+    assert experiment.nonlinear_claim(moved([0.1 * pen, -0.1 * pen, 0.0]), 10, 1000)["verdict"] == "not_reproduced"
+    assert experiment.nonlinear_claim(rows[:2], 10, 1000)["verdict"] == "not_run"
 
 
 def test_sachs_claim_rule():
@@ -482,9 +524,17 @@ def test_sachs_claim_rule():
     rows += [dict(dataset="sachs", d=11, seed=0, method="GES", shd=14), dict(dataset="sachs", d=11, seed=0,
                                                                              method="DAGMA", shd=12)]
     c = experiment.sachs_claim(rows, ("GES", "DAGMA"))
-    assert c["verdict"] == "reproduced" and c["baseline"] == 12 and c["paper"] == 9
-    rows[3]["shd"] = 9                                              # GES now beats DrBO's mean
-    assert experiment.sachs_claim(rows, ("GES", "DAGMA"))["verdict"] == "not_reproduced"
+    assert c["verdict"] == "reproduced" and c["baseline"] == 12 and c["paper"] == 9 and c["ours"] == 9
+    assert c["interval"]["estimate"] == pytest.approx(-3) and c["better"] == "lower" and c["delta"] == 1
+    rows[3]["shd"] = 9                                              # GES level with DrBO's mean
+    assert experiment.sachs_claim(rows, ("GES", "DAGMA"))["verdict"] == "inconclusive"
+    worse = [dict(r, shd=v) for r, v in zip(rows[:3], [10, 10, 11])] + rows[3:]
+    assert experiment.sachs_claim(worse, ("GES", "DAGMA"))["verdict"] == "not_reproduced"
+    # DrBO one edge better on half of 20 search seeds: real, half an edge on average, below delta = 1
+    half = [dict(dataset="sachs", d=11, seed=s, method="DrBO", shd=8 + s % 2) for s in range(20)] + rows[3:]
+    assert experiment.sachs_claim(half, ("GES", "DAGMA"))["verdict"] == "partial"
+    assert experiment.sachs_claim(rows[:1] + rows[3:], ("GES", "DAGMA"))["verdict"] == "not_run"
+    assert experiment.sachs_claim(rows[:3], ("GES", "DAGMA"))["verdict"] == "not_run"
 
 
 def test_tiny_experiment_run():
@@ -492,7 +542,9 @@ def test_tiny_experiment_run():
     out = experiment.run(cfg)
     ids = [c["id"] for c in out["claims"]]
     assert ids == ["C1-efficiency", "C2-surrogate", "C3-trust-region", "C4-accuracy", "C5-sachs", "K1-bookkeeping"]
-    assert all(c["verdict"] in ("reproduced", "partial", "not_reproduced", "not_run", "passed") for c in out["claims"])
+    assert all(c["verdict"] in ("reproduced", "partial", "inconclusive", "not_reproduced", "not_run", "passed")
+               for c in out["claims"])
+    assert all(c["delta"] > 0 and c["delta_reason"] for c in out["claims"] if c["kind"] == "claim")
     assert out["claims"][-1]["verdict"] == "passed"
     assert {r["method"] for r in out["rows"]} == {"DrBO", "untrained surrogate", "no trust region", "random search",
                                                   "GES"}

@@ -214,17 +214,21 @@ def test_tiny_run_is_deterministic(tiny):
     assert again["claims"] == out["claims"]
 
 
-def _rows(cfg, rise=0.02, gap=0.0, gap_spread=0.0, hit=1.0, loss_gap=0.02, loss_spread=0.0, families=None):
-    "Synthetic rows for make_claims: accuracies set by the arguments, a small spread across seeds."
+def _rows(cfg, base=0.95, rise=0.04, rise_spread=0.0, gap=0.0, gap_spread=0.0, hit=1.0, loss_gap=0.03,
+          loss_spread=0.0, plateau=0.0, train_acc=1.0, families=None):
+    """Synthetic rows for make_claims: accuracies set by the arguments (`base` at every N but the largest, `base + rise`
+    there), a small spread across seeds that cancels in paired differences unless a `*_spread` is given."""
     out = []
     for n, W0 in families or cfg.teachers:
         for s in cfg.seeds:
             e = 0.001 * (s - 1)
             for m in cfg.width_mults:
                 for N in cfg.Ns:
-                    acc = 0.97 + (rise if N == max(cfg.Ns) else 0.0) + (gap + gap_spread * (s - 1) if m > 1 else 0.0) + e
-                    out.append(dict(part="teacher", n=n, W0=W0, seed=s, N=N, W=m * W0, mult=m, box=True, train_acc=1.0,
-                                    test_acc=acc, risk=0.1, kcopy_risk=0.2, max_abs=1.0, own_bound=-5.0, plateau=0.0))
+                    acc = (base + (rise + rise_spread * (s - 1) if N == max(cfg.Ns) else 0.0)
+                           + (gap + gap_spread * (s - 1) if m > 1 else 0.0) + e)
+                    out.append(dict(part="teacher", n=n, W0=W0, seed=s, N=N, W=m * W0, mult=m, box=True,
+                                    train_acc=train_acc, test_acc=acc, risk=0.1, kcopy_risk=0.2, max_abs=1.0,
+                                    own_bound=-5.0, plateau=plateau))
             for N in cfg.loss_Ns:
                 for loss in cfg.losses:
                     out.append(dict(part="losses", n=n, W0=W0, seed=s, N=N, loss=loss, train_acc=1.0,
@@ -239,20 +243,58 @@ def _rows(cfg, rise=0.02, gap=0.0, gap_spread=0.0, hit=1.0, loss_gap=0.02, loss_
     return out
 
 
-def test_make_claims_rules_at_their_boundaries():
+def _claims(cfg=None, **kw):
+    cfg = cfg or experiment.Config.preset("tiny")
+    return {c["id"]: c for c in experiment.make_claims(_rows(cfg, **kw), cfg)}
+
+
+def _verdicts(**kw):
+    return {k: c["verdict"] for k, c in _claims(**kw).items()}
+
+
+def test_make_claims_rules_against_delta():
+    "Each claim at each verdict its rule can give: the 2x2 table for differences, bands for C2 and C3."
+    good = _claims()
+    for k in ("C1-rate", "C2-width", "C3-necessity", "C4-loss"):
+        assert good[k]["verdict"] == "reproduced", k
+        assert good[k]["delta"] == experiment.DELTAS[k][0] and good[k]["delta_reason"]
+    assert good["C2-width"]["band"] == [-0.02, None] and good["C3-necessity"]["band"] == [0.95, None]
+    assert all(g["passed"] for g in good["C1-rate"]["gates"]) and len(good["C1-rate"]["gates"]) == 3
+    # C1: the rise against delta = 0.02, and the accuracy at the largest N within [0.98, 1]
+    assert _verdicts(base=0.975, rise=0.01)["C1-rate"] == "partial"                    # real rise, short of delta
+    assert _verdicts(rise=0.01, rise_spread=0.02)["C1-rate"] == "inconclusive"         # reaches 0 and delta
+    assert _verdicts(base=0.975, rise=0.0)["C1-rate"] == "not_reproduced"
+    assert _verdicts(rise=0.025)["C1-rate"] == "not_reproduced"   # the rise reproduces, but 0.975 is wholly below 0.98
+    # C2: accuracy(W) - accuracy(W0) within [-0.02, inf)
+    assert _verdicts(gap=-0.02, gap_spread=0.01)["C2-width"] == "inconclusive"
+    assert _verdicts(gap=-0.05)["C2-width"] == "not_reproduced"
+    # C3: hit-cube accuracy within [0.95, 1]
+    assert _verdicts(hit=0.951)["C3-necessity"] == "inconclusive"
+    assert _verdicts(hit=0.9)["C3-necessity"] == "not_reproduced"
+    # C4: logistic - zero-margin hinge against delta = 0.02
+    assert _verdicts(loss_gap=0.01)["C4-loss"] == "partial"
+    assert _verdicts(loss_gap=0.01, loss_spread=0.02)["C4-loss"] == "inconclusive"
+    assert _verdicts(loss_gap=-0.01)["C4-loss"] == "not_reproduced"
     cfg = experiment.Config.preset("tiny")
-    v = lambda **kw: {c["id"]: c["verdict"] for c in experiment.make_claims(_rows(cfg, **kw), cfg)}
-    good = v()
-    assert [good[k] for k in ("C1-rate", "C2-width", "C3-necessity", "C4-loss")] == ["reproduced"] * 4
-    assert v(rise=0.001)["C1-rate"] == "partial"                 # rises on average, inside the seeds' noise
-    assert v(rise=0.0)["C1-rate"] == "not_reproduced"
-    assert v(rise=0.005)["C1-rate"] == "partial"                  # interval above 0, but accuracy 0.975 < 0.98
-    assert v(gap=-0.004, gap_spread=0.003)["C2-width"] == "partial"               # mean above -0.005, interval reaches past it
-    assert v(gap=-0.01)["C2-width"] == "not_reproduced"
-    assert v(hit=0.951)["C3-necessity"] == "partial" and v(hit=0.9)["C3-necessity"] == "not_reproduced"
-    assert v(loss_gap=-0.01)["C4-loss"] == "not_reproduced" and v(loss_gap=0.001, loss_spread=0.003)["C4-loss"] == "partial"
     checks = {c["id"]: c["verdict"] for c in experiment.make_claims(_rows(cfg), cfg) if c["kind"] == "check"}
     assert set(checks.values()) == {"passed"}
+
+
+@pytest.mark.parametrize("kw, failed, claims", [
+    (dict(base=0.985, rise=0.01), "unsaturated", ("C1-rate",)),          # no room for a rise of delta
+    (dict(plateau=0.1), "plateau", ("C1-rate", "C2-width")),               # not minimisers: still falling
+    (dict(train_acc=0.99), "zero training error", ("C1-rate", "C2-width")),
+])
+def test_gates_give_not_run(kw, failed, claims):
+    c = _claims(**kw)
+    for k in ("C1-rate", "C2-width"):
+        if k in claims:
+            assert c[k]["verdict"] == "not_run", k
+            assert [g["name"] for g in c[k]["gates"] if not g["passed"]] == \
+                [g["name"] for g in c[k]["gates"] if failed in g["name"]]
+        else:
+            assert c[k]["verdict"] == "reproduced", k
+    assert c["C3-necessity"]["verdict"] == "reproduced" and c["C4-loss"]["verdict"] == "reproduced"
 
 
 def test_make_claims_keeps_teacher_families_apart():

@@ -234,24 +234,40 @@ def _set(rows, metric, arm, by_seed):
 
 
 def test_claim_rules_follow_the_rows(tiny):
+    "Each claim's verdict follows its interval against its delta (or its band): every verdict the rules can give."
     cfg = experiment.Config.preset("tiny")
     seeds = tiny["seeds"]
     s0, s1 = seeds
     verdicts = lambda rows: {c["id"]: c["verdict"] for c in experiment.make_claims(rows, seeds, cfg)}
+    d = experiment.DELTAS["reward"][0]
     rows = _set(_set(tiny["rows"], "reward", "FiFA", {s0: 0.8, s1: 0.81}), "reward", "full", {s0: 0.6, s1: 0.6})
     rows = _set(rows, "final_reward", "full", {s0: 0.9, s1: 0.9})
     v = verdicts(rows)
     assert v["C1-budget"] == "reproduced" and v["C1-speed"] == "not_reproduced"
-    # C1-speed is non-inferiority: FiFA slightly below the longer full run, within the margin, still reproduces
+    # C1-speed is non-inferiority: FiFA slightly below the longer full run, within the margin, reproduces; an
+    # interval across the margin's edge is inconclusive
     near = _set(rows, "final_reward", "full", {s0: 0.805, s1: 0.815})
     assert verdicts(near)["C1-speed"] == "reproduced"
+    across = _set(rows, "final_reward", "full", {s0: 0.85, s1: 0.76})
+    assert verdicts(across)["C1-speed"] == "inconclusive"
+    # C1-budget: a real gain below delta is partial; seeds that disagree are inconclusive; a loss is not reproduced
+    small = _set(rows, "reward", "FiFA", {s0: 0.6 + d / 4, s1: 0.6 + d * 0.255})
+    assert verdicts(small)["C1-budget"] == "partial"
     noisy = _set(rows, "reward", "FiFA", {s0: 0.9, s1: 0.4})
-    assert verdicts(noisy)["C1-budget"] == "partial"
-    # C2 and C3 are "lower is better"
+    assert verdicts(noisy)["C1-budget"] == "inconclusive"
+    worse = _set(rows, "reward", "FiFA", {s0: 0.59, s1: 0.591})
+    assert verdicts(worse)["C1-budget"] == "not_reproduced"
+    # C2 and C3-quality are "lower is better": the interval is baseline - FiFA
     r2 = _set(_set(tiny["rows"], "flip_ordinary", "FiFA", {s0: 0.1, s1: 0.11}), "flip_ordinary", "full", {s0: 0.3, s1: 0.3})
     r2 = _set(_set(r2, "harmful_mark", "FiFA", {s0: 0.3, s1: 0.31}), "harmful_mark", "FiFA, no quality", {s0: 0.1, s1: 0.1})
     v = verdicts(r2)
     assert v["C2-flips"] == "reproduced" and v["C3-quality"] == "not_reproduced"
+    assert verdicts(_set(r2, "flip_ordinary", "FiFA", {s0: 0.1, s1: 0.35}))["C2-flips"] == "inconclusive"
+    dq = experiment.DELTAS["C3-quality"][0]
+    assert verdicts(_set(r2, "harmful_mark", "FiFA", {s0: 0.1 - dq / 2, s1: 0.1 - dq * 0.49}))["C3-quality"] == "partial"
+    cl = experiment.make_claims(r2, seeds, cfg)
+    assert all(c["delta"] for c in cl if c["kind"] == "claim")
+    assert {c["id"]: c for c in cl}["C1-speed"]["band"] == [-experiment.SPEED_MARGIN, None]
 
 
 def test_every_arm_gets_the_same_sweep():

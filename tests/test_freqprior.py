@@ -122,7 +122,9 @@ def test_tiny_experiment_run_and_determinism():
     kinds = {c["id"]: c["kind"] for c in a["claims"]}
     assert kinds == {"C1-variance": "check", "C2-spectrum": "claim", "C3-cost": "check", "C4-learned": "claim"}
     assert all(c["verdict"] in (("passed", "failed") if c["kind"] == "check" else
-                                ("reproduced", "partial", "not_reproduced", "not_run")) for c in a["claims"])
+                                ("reproduced", "partial", "inconclusive", "not_reproduced", "not_run"))
+               for c in a["claims"])
+    assert all(c["delta"] > 0 and c["delta_reason"] for c in a["claims"] if c["kind"] == "claim")
     assert len(a["c"]) == cfg.c_seeds and len({x["seed"] for x in a["c"]}) == cfg.c_seeds   # distinct replicates
     assert len(a["b"]["replicates"]) == cfg.b_reps
 
@@ -336,35 +338,52 @@ def test_freqprior_mixin_in_an_animatediff_style_loop_reproduces_the_sampler():
         type("NoFreeInit", (FreqPriorMixin,), {})().enable_freqprior()
 
 
-def _c_results(flicker: dict, hf: dict, seeds: int = 3) -> list[dict]:
-    "Made-up Part C results: per method, one flicker and HF ratio per seed (lists)."
-    return [dict(seed=k, rows=[dict(method="data", flicker=0.03, hf_ratio=1.0)] + [
-        dict(method=m, flicker=flicker[m][k], hf_ratio=hf[m][k]) for m in ("gaussian", "freeinit", "freqprior")])
-        for k in range(seeds)]
+def _c_results(flicker: dict, hf: dict, seeds: int = 3, data_flicker: float = 0.06, speed: float = 1.2) -> list[dict]:
+    "Made-up Part C results: per method, one flicker and HF ratio per seed (lists); Gaussian's speed ratio `speed`."
+    return [dict(seed=k, rows=[dict(method="data", flicker=data_flicker, hf_ratio=1.0, speed_ratio=1.0)] + [
+        dict(method=m, flicker=flicker[m][k], hf_ratio=hf[m][k], speed_ratio=speed if m == "gaussian" else 1.0)
+        for m in ("gaussian", "freeinit", "freqprior")]) for k in range(seeds)]
 
 
-def test_c4_rule_can_reproduce_fail_or_refuse():
+def test_c4_rule_moves_with_the_numbers_and_its_gates():
+    "C4: log flicker ratio (lower) and HF retention difference (higher), each against delta 0.1; the weaker decides."
     good_hf = {"gaussian": [1.2, 1.3, 1.1], "freeinit": [0.6, 0.55, 0.62], "freqprior": [1.05, 0.97, 1.1]}
     less = {"gaussian": [0.10, 0.12, 0.11], "freeinit": [0.05, 0.06, 0.05], "freqprior": [0.07, 0.08, 0.075]}
     more = {"gaussian": [0.07, 0.08, 0.075], "freeinit": [0.05, 0.06, 0.05], "freqprior": [0.10, 0.12, 0.11]}
+    v = lambda fl, hf, **kw: experiment._c4_claim(_c_results(fl, hf, **kw))["verdict"]
     c = experiment._c4_claim(_c_results(less, good_hf))
     assert c["verdict"] == "reproduced" and c["interval"]["hi"] < 0 and c["replicates"] == 3
-    assert experiment._c4_claim(_c_results(more, {m: v[::-1] for m, v in good_hf.items()} | {
-        "freeinit": [1.0, 1.01, 0.99], "freqprior": [0.5, 0.55, 0.6]}))["verdict"] == "not_reproduced"
-    assert experiment._c4_claim(_c_results(more, good_hf))["verdict"] == "partial"      # HF closer, flicker worse
-    noisy = experiment._c4_claim(_c_results(less, {m: [5.0, 6.0, 5.5] for m in good_hf}))
-    assert noisy["verdict"] == "not_run" and noisy["ours"] is None and "outside the gate" in noisy["note"]
+    assert c["delta"] == 0.1 and c["better"] == "lower" and len(c["gates"]) == 3 and all(g["passed"] for g in c["gates"])
+    slightly = {"gaussian": [0.10, 0.12, 0.11], "freqprior": [0.097, 0.1165, 0.1068], "freeinit": [0.05] * 3}
+    assert v(slightly, good_hf) == "partial"                              # about 3% less flicker: real, below delta
+    across = {"gaussian": [0.10, 0.12, 0.11], "freqprior": [0.11, 0.06, 0.09], "freeinit": [0.05] * 3}
+    assert v(across, good_hf) == "inconclusive"                           # wide, across 0
+    assert v(more, good_hf) == "not_reproduced"                           # HF kept, flicker worse: the weaker decides
+    assert v(less, good_hf | {"freeinit": [1.0, 1.01, 0.99], "freqprior": [0.5, 0.55, 0.6]}) == "not_reproduced"
+    noisy = experiment._c4_claim(_c_results(less, {m: [5.0, 6.0, 5.5] for m in good_hf}))   # HF far above the data's
+    assert noisy["verdict"] == "not_run" and not noisy["gates"][0]["passed"] and noisy["gates"][0]["value"] > 2
+    assert noisy["ours"] is not None and "not run" in noisy["note"]       # the numbers are recorded anyway
+    flick = experiment._c4_claim(_c_results(less, good_hf, data_flicker=0.03))   # Gaussian's flicker > 2x the data's
+    assert flick["verdict"] == "not_run" and [g["passed"] for g in flick["gates"]] == [True, False, True]
+    jitter = experiment._c4_claim(_c_results(less, good_hf, speed=2.7))          # the sprite moves 2.7x the data's
+    assert jitter["verdict"] == "not_run" and [g["passed"] for g in jitter["gates"]] == [True, True, False]
+    frozen = experiment._c4_claim(_c_results(less, good_hf, speed=0.3))          # or 0.3x: a factor 3.3 from it
+    assert frozen["verdict"] == "not_run" and frozen["gates"][2]["value"] == pytest.approx(1 / 0.3)
 
 
 def test_c2_rule_uses_intervals_over_groups():
-    def reps(fp_transition, fp_low):
+    "C2: transition-band gain over FreeInit against delta 0.2 and low-frequency error (lower) against 0.1; the weaker."
+    def reps(fp_transition, fp_low, spread=0.01):
         return [[dict(method="gaussian", calls=25, zero=0.2, stop=0.5, low_error=0.9, transition=0.9, **{"pass": 0.9}),
                  dict(method="freeinit", calls=75, zero=0.8, stop=0.5, low_error=0.2, transition=0.55, **{"pass": 1.2}),
-                 dict(method="freqprior", calls=57, zero=0.7, stop=0.5, low_error=fp_low + 0.01 * k,
-                      transition=fp_transition + 0.01 * k, **{"pass": 1.1})] for k in range(4)]
-    assert experiment._c2_claim(reps(0.9, 0.3))["verdict"] == "reproduced"
-    assert experiment._c2_claim(reps(0.6, 0.3))["verdict"] == "partial"          # transition gain below 0.1
-    assert experiment._c2_claim(reps(0.6, 1.2))["verdict"] == "not_reproduced"
+                 dict(method="freqprior", calls=57, zero=0.7, stop=0.5, low_error=fp_low + spread * k,
+                      transition=fp_transition + spread * k, **{"pass": 1.1})] for k in range(4)]
+    c = experiment._c2_claim(reps(0.9, 0.3))
+    assert c["verdict"] == "reproduced" and c["delta"] == 0.2 and c["better"] == "higher"
+    assert experiment._c2_claim(reps(0.6, 0.3))["verdict"] == "partial"          # transition gain about 0.06 < 0.2
+    assert experiment._c2_claim(reps(0.9, 0.85))["verdict"] == "partial"         # low error 0.03 lower: below 0.1
+    assert experiment._c2_claim(reps(0.5, 0.3, spread=0.1))["verdict"] == "inconclusive"   # gain across 0
+    assert experiment._c2_claim(reps(0.9, 1.2))["verdict"] == "not_reproduced"   # the low-frequency gap wider
 
 
 def test_rgb_sprites_labels_and_sprite_speed():

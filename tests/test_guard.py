@@ -237,8 +237,11 @@ def test_tiny_experiment_run():
     assert ids == ["C1-guarantee", "C1b-cost", "C2-dpg", "C2b-warm-start", "C3-position", "C4-real-model"]
     assert [c["kind"] for c in out["claims"]] == ["check", "check", "claim", "claim", "claim", "claim"]
     assert out["claims"][0]["verdict"] == "passed" and out["claims"][-1]["verdict"] == "not_run"   # Part C: full only
+    for c in out["claims"][2:6]:
+        assert c["delta"] > 0 and c["delta_reason"]
     for c in out["claims"][2:5]:
-        assert c["verdict"] in ("reproduced", "partial", "not_reproduced") and c["replicates"] >= 2
+        assert c["verdict"] in ("reproduced", "partial", "inconclusive", "not_reproduced", "not_run")
+        assert c["replicates"] >= 2
     assert set(out["b"]["chosen_lr"]) == {"SFT", "DPG", "warm-start DPG"}
     assert sum(g["violations"] for g in out["a"]["guard"] + out["b"]["guard"]) == 0
 
@@ -307,17 +310,95 @@ def test_text_proposal_is_exact_and_lora_starts_equal():
 
 
 def test_real_model_claim_rule_at_its_boundaries():
+    "C4: the margin's interval against delta and log10(AR / Z) against min(10, 0.5 / Z), the weaker of the two."
     def c(dpg_ar, dpg_kl, prompt=(0.5, 1.0)):
+        ars = dpg_ar if isinstance(dpg_ar, (list, tuple)) else [dpg_ar] * len(dpg_kl)
         rows = [dict(name="prompting", family="prompting + boost", strength=1.0, AR=prompt[0], kl_g_gprime=prompt[1]),
                 dict(name="logit boost x4", family="logit boost", strength=4.0, AR=0.2, kl_g_gprime=0.3),
                 dict(name="logit boost x64", family="logit boost", strength=64.0, AR=0.9, kl_g_gprime=2.0)]
-        rows += [dict(name="DPG (LoRA)", family="DPG (LoRA)", seed=s, AR=dpg_ar, kl_g_gprime=k) for s, k in enumerate(dpg_kl)]
+        rows += [dict(name="DPG (LoRA)", family="DPG (LoRA)", seed=s, AR=ar, kl_g_gprime=k)
+                 for s, (ar, k) in enumerate(zip(ars, dpg_kl))]
         return experiment.real_model_claim(dict(rows=rows, Z=0.02, n_g=100))
-    assert experiment.real_model_claim(None)["verdict"] == "not_run"
+    none = experiment.real_model_claim(None)
+    assert none["verdict"] == "not_run" and none["delta"] == experiment.DELTAS["C4-real-model"][0]
     good = c(0.8, [0.2, 0.25, 0.3])       # boost at AR 0.8 about 1.87; prompting cannot reach 0.8: its 1.0 bounds it
-    assert good["verdict"] == "reproduced" and good["interval"]["lo"] > 0
-    assert c(0.15, [0.2, 0.25, 0.3])["verdict"] == "partial"           # AR below min(10 Z, 0.5) = 0.2, margin mean > 0
-    assert c(0.4, [0.9, 1.1, 1.3], prompt=(0.5, 1.0))["verdict"] == "not_reproduced"   # competitors near 1.0: mean < 0
+    assert good["verdict"] == "reproduced" and good["interval"]["lo"] > 0 and good["better"] == "higher"
+    assert c(0.8, [0.97, 0.98, 0.96])["verdict"] == "partial"          # margins 0.02-0.04: real, below delta 0.1
+    assert c(0.4, [0.9, 1.1, 1.3])["verdict"] == "inconclusive"        # margins +0.1, -0.1, -0.3: wide, across 0
+    assert c(0.8, [1.05, 1.1, 1.08])["verdict"] == "not_reproduced"    # margins -0.05 to -0.1: below delta, not above 0
+    assert c(0.15, [0.2, 0.25, 0.3])["verdict"] == "not_reproduced"    # AR below min(10 Z, 0.5) = 0.2 on every seed
+    assert c([0.1, 0.8, 0.4], [0.2, 0.25, 0.3])["verdict"] == "inconclusive"   # AR's interval across 10 Z
+    few = c(0.8, [0.2])                                                   # one seed: nothing to build an interval on
+    assert few["verdict"] == "not_run" and few["ours"] is None
+
+
+def _parts(m_a=(0.3, 0.35, 0.4), m_b=(0.3, 0.35, 0.4), ar_a=(0.5, 0.5, 0.5), ar_b=(0.5, 0.5, 0.5),
+           w_a=(-0.3, -0.35, -0.4), w_b=(-0.3, -0.35, -0.4), tv_prompt=0.25, tv_dpg=(0.02, 0.03, 0.04), err=0.01,
+           exact_boost=True):
+    """Synthetic results of Parts A and B (Z = 0.01 in both, DPG the judged variant) whose C2 margins are m_*, ARs
+    ar_*, C2b differences of KL(g||a') (warm-start minus DPG) w_*, C3 positional TVs tv_prompt and tv_dpg, and the
+    learned prompt's positional error against the exact instruction boost err."""
+    pos = lambda t: [0.5 + t, 0.3 - t, 0.2]        # TV t from g's positions [0.5, 0.3, 0.2]
+    def rows(m, ar, w, budget):
+        at = {} if budget is None else {"budget": budget}
+        out = []
+        for s in range(len(m)):
+            out += [dict(name="DPG", seed=s, AR=ar[s], kl_g_gprime=0.2, kl_g_aprime=1.0, pos_g=pos(0),
+                         pos_gprime=pos(tv_dpg[s]), frontier={"logit boost": dict(kl=0.2 + m[s], reached=True)}, **at),
+                    dict(name="SFT", seed=s, kl_g_gprime=1.2 + m[s], kl_g_aprime=2.0, **at),
+                    dict(name="warm-start DPG", seed=s, kl_g_aprime=1.0 + w[s], kl_g_gprime=0.2, **at)]
+        return out
+    guard = [dict(outputs=10, violations=0, z=0.0)]
+    a = dict(rows=rows(m_a, ar_a, w_a, 1000), guard=guard, Z=0.01, best_variant="DPG")
+    b_rows = rows(m_b, ar_b, w_b, None) + [dict(name="learned prompt", pos_g=pos(0), pos_gprime=pos(tv_prompt))]
+    if exact_boost:
+        b_rows.append(dict(name="logit boost x8", family="logit boost", strength=8.0, pos_g=pos(0),
+                           pos_gprime=pos(tv_prompt - err)))
+    b = dict(rows=b_rows, guard=guard, Z=0.01, best_variant="DPG", prompt_boost=8.0)
+    return {c["id"]: c for c in experiment.make_claims(a, b)}
+
+
+def test_dpg_claim_rule_moves_with_the_numbers():
+    "C2: each part's margin interval against delta 0.1 and log10(AR / Z) against 1; the weakest of the four."
+    v = lambda **kw: _parts(**kw)["C2-dpg"]["verdict"]
+    c2 = _parts()["C2-dpg"]
+    assert c2["verdict"] == "reproduced" and c2["delta"] == 0.1 and c2["better"] == "higher" and c2["interval"]["lo"] > 0
+    small = (0.02, 0.03, 0.025)
+    assert v(m_a=small, m_b=small) == "partial"                          # real margins, below delta
+    assert v(m_b=small) == "partial"                                     # one part partial: the weaker decides
+    assert v(m_a=(-0.2, 0.3, 0.1)) == "inconclusive"                     # across 0, reaching delta
+    assert v(m_b=(-0.05, -0.04, -0.06)) == "not_reproduced"              # worse than the competitors
+    assert v(ar_b=(0.05, 0.05, 0.05)) == "not_reproduced"                # AR 5 Z on every seed: not a large factor
+    assert v(ar_a=(0.05, 0.5, 0.2)) == "inconclusive"                    # AR's interval across 10 Z
+    assert _parts(m_b=small)["C2-dpg"]["interval"]["hi"] < 0.1           # the record shows the part that decided
+
+
+def test_warm_start_claim_rule_moves_with_the_numbers():
+    "C2b: warm-start minus DPG in KL(g||a'), lower is better, delta 0.1 nats, in both parts."
+    v = lambda **kw: _parts(**kw)["C2b-warm-start"]["verdict"]
+    c = _parts()["C2b-warm-start"]
+    assert c["verdict"] == "reproduced" and c["better"] == "lower" and c["interval"]["hi"] < 0
+    small = (-0.02, -0.03, -0.025)
+    assert v(w_a=small) == "partial"
+    assert v(w_b=(0.2, -0.3, -0.1)) == "inconclusive"
+    assert v(w_a=(0.05, 0.04, 0.06)) == "not_reproduced"                 # warm start worse in one part
+    assert v(w_a=(0.3, 0.35, 0.4), w_b=(0.3, 0.35, 0.4)) == "not_reproduced"
+
+
+def test_position_claim_rule_and_its_gate():
+    "C3: the learned prompt's positional TV minus the DPG proposal's against delta 0.05, gated on its learning error."
+    v = lambda **kw: _parts(**kw)["C3-position"]["verdict"]
+    c = _parts()["C3-position"]
+    assert c["verdict"] == "reproduced" and c["delta"] == 0.05 and c["gates"][0]["passed"]
+    assert c["gates"][0]["value"] == pytest.approx(0.01)
+    assert v(tv_dpg=(0.22, 0.23, 0.215)) == "partial"                    # TV 0.02-0.035 more than DPG's: below delta
+    assert v(tv_dpg=(0.05, 0.28, 0.2)) == "inconclusive"
+    assert v(tv_dpg=(0.26, 0.27, 0.28)) == "not_reproduced"              # DPG distorts the positions more
+    failed = _parts(err=0.1)["C3-position"]                              # the prompt's own error above delta
+    assert failed["verdict"] == "not_run" and not failed["gates"][0]["passed"]
+    assert failed["gates"][0]["value"] == pytest.approx(0.1) and failed["interval"]["lo"] > 0
+    unmeasured = _parts(exact_boost=False)["C3-position"]                # the exact boost not evaluated
+    assert unmeasured["verdict"] == "not_run" and unmeasured["gates"][0]["value"] is None
 
 
 def test_full_preset_smoke_and_plan():

@@ -204,36 +204,106 @@ def test_config_bad_inputs():
             experiment.Config.preset("tiny", **bad)
 
 
-def _rows(fd_base, fd_pf, fd_orders):
-    "Rows of the blob world and the DP-SGD mixture with the given per-seed FDs; every other metric equal across arms."
+def _rows(fd_base, fd_pf, fd_orders, utility_pf=(0.3, 0.3, 0.3), adult=None):
+    """Rows of the blob world and the DP-SGD mixture with the given per-seed FDs and PFGuard utility distances (the
+    base's 0.3); with `adult` (a dict of per-seed arrays: eo_b, eo_p, acc_b, acc_p, majority) an Adult world too.
+    Every other metric equal across arms."""
     rows = []
     for s, (b, p) in enumerate(zip(fd_base, fd_pf)):
-        for arm, fd in (("base", b), ("PFGuard", p), ("naive duplication", p), ("non-private fair", p)):
-            rows.append(dict(world="blobs", seed=s, arm=arm, n_teachers=10, fd=fd, utility=0.3, data_fd=0.3,
-                             epsilon=(None if arm == "non-private fair" else 20.0 if arm == "naive duplication"
-                                      else 10.0)))
+        worlds = ["blobs"] + (["adult"] if adult else [])
+        for world in worlds:
+            for arm, fd in (("base", b), ("PFGuard", p), ("naive duplication", p), ("non-private fair", p)):
+                r = dict(world=world, seed=s, arm=arm, n_teachers=10, fd=fd, data_fd=0.3,
+                         utility=0.3 if arm == "base" else utility_pf[s],
+                         epsilon=(None if arm == "non-private fair" else 20.0 if arm == "naive duplication" else 10.0))
+                if world == "adult":
+                    pf = arm != "base"
+                    r.update(eo_gap=adult["eo_p" if pf else "eo_b"][s], accuracy=adult["acc_p" if pf else "acc_b"][s],
+                             majority_rate=adult["majority"][s])
+                rows.append(r)
         for order, fds in fd_orders.items():
             rows.append(dict(world="blobs, DP-SGD", seed=s, order=order, fd=fds[s], clipped_share=0.5,
                              epsilon=5.0 if order == "after" else 1.0))
     return rows
 
 
-def _verdicts(*args):
-    cfg = experiment.Config.preset("tiny", worlds=("blobs",))
-    return {c["id"]: c["verdict"] for c in experiment.make_claims(_rows(*args), [0, 1, 2], cfg)}
+def _claims(*args, **kwargs):
+    worlds = ("blobs", "adult") if kwargs.get("adult") else ("blobs",)
+    cfg = experiment.Config.preset("tiny", worlds=worlds)
+    return {c["id"]: c for c in experiment.make_claims(_rows(*args, **kwargs), [0, 1, 2], cfg)}
 
 
-def test_claim_rules_can_fail():
+EFFECTS = [((1.2, 1.3, 1.4), "reproduced"),          # above 0 and past delta
+           ((0.3, 0.35, 0.4), "partial"),            # above 0, short of delta
+           ((-1.0, 1.0, 3.0), "inconclusive"),       # reaches both 0 and delta
+           ((-0.5, -0.4, -0.6), "not_reproduced")]   # reaches 0, short of delta
+
+
+@pytest.mark.parametrize("m, verdict", EFFECTS)
+def test_claim_rules_follow_the_effect_against_delta(m, verdict):
+    "C1, C3 and C2-eo: the effect is each claim's delta times m[seed]; the verdict follows the 2x2 table."
+    m = np.array(m)
+    d1, d3, de = (experiment.DELTAS[k][0] for k in ("C1-blobs", "C3-clipping", "C2-eo-adult"))
+    before = 0.05 + d3 * m   # gain lost = before - after; none = before, so nothing is kept
+    orders = dict(none=before, before=before, after=np.full(3, 0.05))
+    adult = dict(eo_b=np.full(3, 0.3), eo_p=0.3 - de * m, acc_b=np.full(3, 0.8), acc_p=np.full(3, 0.8),
+                 majority=np.full(3, 0.76))
+    c = _claims(np.full(3, 0.3), 0.3 - d1 * m, orders, adult=adult)
+    for k in ("C1-blobs", "C3-clipping", "C2-eo-adult"):
+        assert c[k]["verdict"] == verdict, (k, c[k]["interval"])
+        assert c[k]["delta"] == experiment.DELTAS[k][0] and c[k]["better"] == "higher"
+        assert f"delta = {c[k]['delta']}" in c[k]["rule"]
+    assert c["C1-adult"]["delta"] == experiment.DELTAS["C1-adult"][0]
+    assert c["K1-epsilon-blobs"]["verdict"] == "passed" and c["K2-naive-blobs"]["verdict"] == "passed"
+
+
+def test_clipping_claim_takes_the_weaker_part():
+    "C3 needs the gain lost to matter and to exceed the gain kept: a real loss that keeps more than it loses fails."
     fair, unfair = [0.05, 0.06, 0.04], [0.3, 0.32, 0.28]
     truncated = dict(none=[0.30, 0.31, 0.29], before=[0.29, 0.30, 0.28], after=[0.05, 0.07, 0.06])
-    v = _verdicts(unfair, fair, truncated)
-    assert v["C1-blobs"] == "reproduced" and v["C3-clipping"] == "reproduced"
-    assert v["K1-epsilon-blobs"] == "passed" and v["K2-naive-blobs"] == "passed"
-    kept = dict(none=[0.30, 0.31, 0.29], before=[0.06, 0.07, 0.05], after=[0.05, 0.07, 0.06])
-    v = _verdicts(fair, unfair, kept)
-    assert v["C1-blobs"] == "not_reproduced" and v["C3-clipping"] == "not_reproduced"
-    half = dict(none=[0.30, 0.31, 0.29], before=[0.16, 0.17, 0.15], after=[0.05, 0.07, 0.06])
-    assert _verdicts(unfair, fair, half)["C3-clipping"] == "partial"
+    assert _claims(unfair, fair, truncated)["C3-clipping"]["verdict"] == "reproduced"
+    most_kept = dict(none=[0.60, 0.61, 0.59], before=[0.25, 0.26, 0.24], after=[0.05, 0.07, 0.06])
+    c3 = _claims(unfair, fair, most_kept)["C3-clipping"]
+    assert c3["interval"]["lo"] > c3["delta"]   # the gain lost alone would reproduce ...
+    assert c3["verdict"] == "not_reproduced"    # ... but weighting before clipping keeps more than it loses
+
+
+@pytest.mark.parametrize("log_ratio, verdict", [((0.0, 0.05, 0.1), "reproduced"),
+                                                ((-0.2, 0.2, 0.6), "inconclusive"),
+                                                ((0.5, 0.55, 0.6), "not_reproduced")])
+def test_utility_band(log_ratio, verdict):
+    fd = [0.3, 0.3, 0.3]
+    c = _claims(fd, fd, dict(none=fd, before=fd, after=fd), utility_pf=0.3 * np.exp(log_ratio))["C2-utility-blobs"]
+    assert c["verdict"] == verdict and c["band"] == [None, pytest.approx(np.log(experiment.UTILITY_TOLERANCE))]
+    assert c["delta"] == pytest.approx(np.log(1.25))
+
+
+@pytest.mark.parametrize("diff, verdict", [((0.0, 0.002, -0.002), "reproduced"),
+                                           ((-0.05, 0.0, 0.05), "inconclusive"),
+                                           ((-0.1, -0.11, -0.09), "not_reproduced")])
+def test_accuracy_band(diff, verdict):
+    fd = [0.3, 0.3, 0.3]
+    adult = dict(eo_b=np.full(3, 0.3), eo_p=np.full(3, 0.3), acc_b=np.full(3, 0.8), acc_p=0.8 + np.array(diff),
+                 majority=np.full(3, 0.76))
+    c = _claims(fd, fd, dict(none=fd, before=fd, after=fd), adult=adult)["C2-accuracy-adult"]
+    assert c["verdict"] == verdict and c["band"] == [-experiment.ACCURACY_TOLERANCE, None]
+
+
+def test_adult_gate_gives_not_run():
+    "The base's downstream accuracy below the majority rate in one seed: Adult's downstream and utility claims not run."
+    fd = [0.3, 0.3, 0.3]
+    adult = dict(eo_b=np.full(3, 0.3), eo_p=np.full(3, 0.0), acc_b=np.array([0.8, 0.7, 0.8]), acc_p=np.full(3, 0.8),
+                 majority=np.full(3, 0.76))
+    c = _claims(fd, [0.0, 0.0, 0.0], dict(none=fd, before=fd, after=fd), adult=adult)
+    for k in ("C2-eo-adult", "C2-accuracy-adult", "C2-utility-adult"):
+        assert c[k]["verdict"] == "not_run", k
+        (g,) = c[k]["gates"]
+        assert not g["passed"] and g["value"] == pytest.approx(-0.06) and g["threshold"] == 0.0
+    assert c["C2-utility-blobs"]["gates"] == [] and c["C2-utility-blobs"]["verdict"] == "reproduced"
+    assert c["C1-adult"]["verdict"] == "reproduced"   # FD needs no downstream classifier
+    adult["acc_b"] = np.full(3, 0.8)
+    c = _claims(fd, [0.0, 0.0, 0.0], dict(none=fd, before=fd, after=fd), adult=adult)
+    assert c["C2-eo-adult"]["verdict"] == "reproduced" and c["C2-eo-adult"]["gates"][0]["passed"]
 
 
 def test_tiny_run():

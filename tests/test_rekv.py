@@ -303,6 +303,11 @@ def test_tiny_run(tiny):
     assert {"C1-uniform", "C1-window", "C1-oracle", "C2-external", "C2-recall", "C3-cost"} <= set(ids)
     for k in ("K1-amortised", "K2-no-future", "K3-kv-bytes"):
         assert ids[k]["verdict"] == "passed"
+    for k, (delta, reason) in experiment.DELTAS.items():
+        assert ids[k]["delta"] == delta and ids[k]["delta_reason"] == reason and ids[k]["gates"] == []
+    assert ids["C1-uniform"]["better"] == "higher" and ids["C1-uniform"]["band"] is None
+    assert ids["C1-oracle"]["band"] == [None, experiment.ORACLE_GAP]
+    assert ids["C2-external"]["band"] == [-experiment.EXTERNAL_MARGIN, None]
 
 
 def _set(rows, metric, arm, T, by_seed):
@@ -325,35 +330,49 @@ def test_claim_rules_follow_the_rows(tiny):
     good, bad = with_acc(0.9, 0.2), with_acc(0.2, 0.9)
     for c in ("C1-uniform", "C1-window", "C2-external"):
         assert good[c] == "reproduced" and bad[c] == "not_reproduced", c
-    assert bad["C1-oracle"] == "not_reproduced" and with_acc(0.85, 0.9)["C1-oracle"] == "reproduced"
-    # a noisy gain: the estimate is above 0 but the two-seed interval is not
+    # C1 against delta = 0.037: a tight gain of 2 points is real but smaller than matters; no gain rules delta out
+    small, none = with_acc(0.22, 0.2), with_acc(0.2, 0.2)
+    for c in ("C1-uniform", "C1-window"):
+        assert small[c] == "partial" and none[c] == "not_reproduced", c
+    # a noisy gain: the two-seed interval holds both 0 and delta
     rows = _set(tiny["rows"], "accuracy", "rekv", T, {s0: 0.9, s1: 0.3})
     rows = _set(rows, "accuracy", "uniform", T, {s0: 0.3, s1: 0.4})
-    assert verdicts(rows)["C1-uniform"] == "partial"
+    assert verdicts(rows)["C1-uniform"] == "inconclusive"
+    # C1-oracle, the band (None, 0.10) on oracle - ReKV: inside, across the edge, wholly beyond
+    assert with_acc(0.85, 0.9)["C1-oracle"] == "reproduced" and bad["C1-oracle"] == "not_reproduced"
     rows = _set(tiny["rows"], "accuracy", "rekv", T, {s0: 0.9, s1: 0.8})
     rows = _set(rows, "accuracy", "oracle", T, {s0: 0.9, s1: 0.95})
-    assert verdicts(rows)["C1-oracle"] == "partial"
-    # external non-inferiority: 3 points worse is inside the margin, 20 points worse is not
+    assert verdicts(rows)["C1-oracle"] == "inconclusive"
+    # external non-inferiority, the band (-0.05, None): 3 points worse is inside, 20 points worse is not, a noisy
+    # difference across -0.05 does not decide
     assert with_acc(0.87, 0.9)["C2-external"] == "reproduced" and with_acc(0.7, 0.9)["C2-external"] == "not_reproduced"
+    rows = _set(tiny["rows"], "accuracy", "rekv", T, {s0: 0.9, s1: 0.8})
+    rows = _set(rows, "accuracy", "external", T, {s0: 0.9, s1: 0.95})
+    assert verdicts(rows)["C2-external"] == "inconclusive"
 
-    # C2-recall: accuracy that rises with recall across the cells, then falls with it
-    def with_recall(sign):
+    # C2-recall, the band (0.5, None): accuracy that rises with recall across the cells, falls with it, or one of each
+    def with_recall(sign0, sign1=None):
+        sign1 = sign0 if sign1 is None else sign1
         rows = tiny["rows"]
         for arm, (rec, acc) in (("rekv", (0.2, 0.3)), ("rekv-cosine", (0.8, 0.9))):
             rows = _set(rows, "recall_union", arm, T, {s0: rec, s1: rec})
-            rows = _set(rows, "accuracy", arm, T, {s0: 0.5 + sign * (acc - 0.5), s1: 0.5 + sign * (acc - 0.5)})
+            rows = _set(rows, "accuracy", arm, T, {s0: 0.5 + sign0 * (acc - 0.5), s1: 0.5 + sign1 * (acc - 0.5)})
         return verdicts(rows)["C2-recall"]
     assert with_recall(+1) == "reproduced" and with_recall(-1) == "not_reproduced"
+    assert with_recall(+1, -1) == "inconclusive"
 
-    # C3: flat ReKV and growing full attention; both growing; both flat
-    def with_ms(rekv_ratio, full_ratio):
+    # C3: flat ReKV and growing full attention; both growing; both flat; a ReKV ratio too noisy to place
+    def with_ms(rekv_ratio, full_ratio, rekv_spread=1.01):
         rows = tiny["rows"]
-        for arm, ratio in (("rekv", rekv_ratio), ("full", full_ratio)):
+        for arm, ratio, spread in (("rekv", rekv_ratio, rekv_spread), ("full", full_ratio, 1.01)):
             rows = _set(rows, "ms_per_question", arm, T0, {s0: 1.0, s1: 2.0})
-            rows = _set(rows, "ms_per_question", arm, T, {s0: ratio, s1: 2.0 * ratio * 1.01})
+            rows = _set(rows, "ms_per_question", arm, T, {s0: ratio, s1: 2.0 * ratio * spread})
         return verdicts(rows)["C3-cost"]
     assert with_ms(1.1, 6.0) == "reproduced" and with_ms(4.0, 6.0) == "not_reproduced"
-    assert with_ms(1.1, 1.2) == "partial"
+    assert with_ms(1.1, 1.2) == "not_reproduced"                # full attention does not grow: the weaker part
+    assert with_ms(1.0, 6.0, rekv_spread=3.0) == "inconclusive"  # ReKV's log ratios 0 and log 3, across log 1.5
+    ct = experiment.cost_test(_set(tiny["rows"], "ms_per_question", "rekv", T, {s0: 1.0, s1: 1.0}), seeds, cfg)
+    assert set(ct) >= {"rekv", "full", "flat", "grows", "verdict"}
 
 
 def test_full_smoke(tmp_path):

@@ -325,7 +325,8 @@ def test_tiny_run_has_claims_and_valid_numbers(tiny_run):
     assert [c["id"].split("-")[0] for c in out["claims"]] == ["C1", "C2", "C3", "C4", "C5", "K1", "K2"]
     assert [c["kind"] for c in out["claims"]] == ["claim"] * 5 + ["check"] * 2
     for c in out["claims"][:5]:
-        assert c["verdict"] in ("reproduced", "partial", "not_reproduced")
+        assert c["verdict"] in ("reproduced", "partial", "inconclusive", "not_reproduced")
+        assert c["delta"] == experiment.DELTAS[c["id"]][0] and c["better"] == "higher" and c["delta_reason"]
         assert c["replicates"] == len(cfg.repeats) and c["interval"]["lo"] <= c["interval"]["hi"]
     for key, v in out["summary"].items():
         assert math.isfinite(v["apgr"]), key
@@ -411,7 +412,7 @@ def test_decontamination_with_a_fake_encoder():
 NAMES = ("SW ranking", "MF", "MiniLM + linear head")
 
 
-def fake_summary(chat=0.6, judge_lift=0.05, knowledge=(0.5, 0.56), arithmetic=(0.5, 0.56), transfer=0.6,
+def fake_summary(chat=0.7, judge_lift=0.2, knowledge=(0.5, 0.6), arithmetic=(0.5, 0.6), transfer=0.7,
                  spread=0.01):
     """A summary with 3 worlds in which every (benchmark, training set, router) has the given mean, with per-world
     deviations (-spread, 0, +spread) shared by every entry except the random router's, which has none."""
@@ -442,28 +443,50 @@ def verdicts(s):
 def test_make_claims_verdicts_at_the_boundaries():
     t = lambda: float(__import__("scipy").stats.t.ppf(0.975, 2))
     half = lambda spread: t() * spread / math.sqrt(3)          # the t half-width of deviations (-spread, 0, spread)
+    D = {k.split("-")[0]: v[0] for k, v in experiment.DELTAS.items()}
     v = verdicts(fake_summary())
     assert v == {"C1": "reproduced", "C2": "reproduced", "C3": "reproduced", "C4": "reproduced", "C5": "reproduced",
                  "K1": "passed", "K2": "passed"}
-    # C1 / C5: the excess over random (0.1) against its half-width; just inside and just outside the interval's edge
+    claims = experiment.make_claims(fake_summary(), NAMES)
+    assert all(c["delta"] > 0 and c["delta_reason"] and c["better"] == "higher" for c in claims if c["kind"] == "claim")
+    # C1 / C5: each router's excess over random against its half-width h (the lower edge) and against delta (the upper)
     h = half(0.01)
-    assert verdicts(fake_summary(chat=0.5 + 1.01 * h))["C1"] == "reproduced"
-    assert verdicts(fake_summary(chat=0.5 + 0.99 * h))["C1"] == "not_reproduced"
-    one_up = fake_summary(transfer=0.5)
-    one_up["transfer|arena+judge|MF"]["apgr_worlds"] = [0.6, 0.61, 0.62]
-    assert verdicts(one_up)["C5"] == "partial"
-    # C2, the judge lift: deviations of the lift are (-2 spread, 0, 2 spread); its interval's edge at the lift
+    assert verdicts(fake_summary(chat=0.5 + D["C1"] - 0.99 * h))["C1"] == "reproduced"
+    assert verdicts(fake_summary(chat=0.5 + D["C1"] - 1.01 * h))["C1"] == "partial"       # real, below delta
+    assert verdicts(fake_summary(chat=0.5 + 1.01 * h))["C1"] == "partial"
+    assert verdicts(fake_summary(chat=0.5 + 0.99 * h))["C1"] == "not_reproduced"          # 0 inside, delta out
+    assert verdicts(fake_summary(chat=0.6, spread=0.1))["C1"] == "inconclusive"           # 0 and delta both inside
+    # every router must hold: one router below delta makes the claim partial, and the interval recorded is its own
+    one_low = fake_summary()
+    one_low["transfer|arena+judge|MF"]["apgr_worlds"] = [0.55, 0.56, 0.57]
+    c5 = next(c for c in experiment.make_claims(one_low, NAMES) if c["id"].startswith("C5"))
+    assert c5["verdict"] == "partial" and abs(c5["interval"]["estimate"] - 0.06) < 1e-9 and "MF" in c5["interval"]["of"]
+    one_low["transfer|arena+judge|SW ranking"]["apgr_worlds"] = [0.4, 0.5, 0.6]
+    assert verdicts(one_low)["C5"] == "inconclusive"                                      # the weakest part decides
+    one_low["transfer|arena+judge|SW ranking"]["apgr_worlds"] = [0.49, 0.5, 0.51]
+    assert verdicts(one_low)["C5"] == "not_reproduced"
+    # C2, the judge lift: deviations of the lift are (-2 spread, 0, 2 spread), half-width h2; delta = 0.111
     h2 = half(0.02)
-    assert verdicts(fake_summary(judge_lift=1.01 * h2))["C2"] == "reproduced"
-    assert verdicts(fake_summary(judge_lift=0.99 * h2))["C2"] == "partial"    # mean above 0, interval not
+    assert verdicts(fake_summary(judge_lift=D["C2"] - 0.99 * h2))["C2"] == "reproduced"
+    assert verdicts(fake_summary(judge_lift=D["C2"] - 1.01 * h2))["C2"] == "partial"
+    assert verdicts(fake_summary(judge_lift=1.01 * h2))["C2"] == "partial"
+    assert verdicts(fake_summary(judge_lift=0.99 * h2))["C2"] == "not_reproduced"
     assert verdicts(fake_summary(judge_lift=-0.01))["C2"] == "not_reproduced"
-    # C3 / C4: near random is the Arena-only excess's interval inside +-0.05 (its deviations are the routers', +-spread)
-    assert verdicts(fake_summary(knowledge=(0.55 - 1.01 * h, 0.62)))["C3"] == "reproduced"
-    assert verdicts(fake_summary(knowledge=(0.55 - 0.99 * h, 0.62)))["C3"] == "partial"   # lift holds, not near random
-    assert verdicts(fake_summary(knowledge=(0.45 + 1.01 * h, 0.62)))["C3"] == "reproduced"  # the lower edge, inside
-    assert verdicts(fake_summary(knowledge=(0.45 + 0.99 * h, 0.62)))["C3"] == "partial"     # worse than random: not near
-    assert verdicts(fake_summary(arithmetic=(0.5, 0.5 + 0.99 * h2)))["C4"] == "not_reproduced"
-    assert verdicts(fake_summary(arithmetic=(0.5, 0.5 + 1.01 * h2)))["C4"] == "reproduced"
+    assert verdicts(fake_summary(judge_lift=0.1, spread=0.1))["C2"] == "inconclusive"
+    # C3 / C4, part one: the lift against 0 and delta (at spread 0.005 the lift's half-width is h)
+    assert verdicts(fake_summary(arithmetic=(0.5, 0.5 + 0.99 * h), spread=0.005))["C4"] == "not_reproduced"
+    assert verdicts(fake_summary(arithmetic=(0.5, 0.5 + 1.01 * h), spread=0.005))["C4"] == "partial"
+    assert verdicts(fake_summary(arithmetic=(0.5, 0.5 + D["C4"] - 1.01 * h), spread=0.005))["C4"] == "partial"
+    assert verdicts(fake_summary(arithmetic=(0.5, 0.5 + D["C4"] - 0.99 * h), spread=0.005))["C4"] == "reproduced"
+    assert verdicts(fake_summary(knowledge=(0.5, 0.53), spread=0.001))["C3"] == "partial"  # real, below 0.0445
+    assert verdicts(fake_summary(arithmetic=(0.5, 0.55), spread=0.1))["C4"] == "inconclusive"
+    # C3 / C4, part two: near random is the Arena-only excess's interval (half-width h) inside +-0.05
+    assert verdicts(fake_summary(knowledge=(0.55 - 1.01 * h, 0.65)))["C3"] == "reproduced"
+    assert verdicts(fake_summary(knowledge=(0.55 - 0.99 * h, 0.65)))["C3"] == "inconclusive"   # across the edge
+    assert verdicts(fake_summary(knowledge=(0.45 + 1.01 * h, 0.55)))["C3"] == "reproduced"     # the lower edge, inside
+    assert verdicts(fake_summary(knowledge=(0.45 + 0.99 * h, 0.55)))["C3"] == "inconclusive"
+    assert verdicts(fake_summary(knowledge=(0.6, 0.7)))["C3"] == "not_reproduced"              # wholly outside
+    assert verdicts(fake_summary(knowledge=(0.4, 0.5)))["C3"] == "not_reproduced"              # worse than random
     # the checks: a router above the optimal one fails K2; a random router far from 1/2 fails K1
     bad = fake_summary()
     bad["chat|arena+judge|MF"]["apgr"] = 0.95

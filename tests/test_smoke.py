@@ -50,3 +50,30 @@ def test_full_preset_smoke(slug, tmp_root):
     assert doc["scale"] == "full" and doc["config"]["smoke"] is True and doc["claims"]
     assert not (tmp_root / "book" / "results").exists(), "a smoke run must write no results file"
     print(f"{slug}: full-preset smoke run {seconds:.1f} s")
+
+
+def chapters_with_a_laptop_preset():
+    out = []
+    for slug in chapters_with_experiments():
+        module = importlib.import_module(f"iclr25_repro.{slug}.experiment")
+        if "laptop" in module.Config.PRESETS:
+            out.append(slug)
+    return out
+
+
+@pytest.mark.parametrize("slug", chapters_with_a_laptop_preset() or [None])
+def test_laptop_preset_smoke_and_dry_run(slug, tmp_root, capsys):
+    "The laptop preset, like the full one: every phase for an iteration or two on the CPU, and its plan."
+    if slug is None:
+        pytest.skip("no chapter has a laptop preset yet")
+    module = importlib.import_module(f"iclr25_repro.{slug}.experiment")
+    laptop, smoke = module.Config.preset("laptop"), module.Config.preset("laptop", smoke=True, device="cpu")
+    for f in dataclasses.fields(laptop):   # sizes, arms and phases stay at the laptop preset
+        if f.name not in module.Config.SMOKE and f.name not in ("device", "smoke"):
+            assert getattr(smoke, f.name) == getattr(laptop, f.name), f.name
+    doc = cli.run_experiment(slug, "laptop", "cpu", 0, smoke=True)
+    assert doc["scale"] == "laptop" and doc["config"]["smoke"] is True and doc["provenance"]["key"]
+    assert not (tmp_root / "book" / "results").exists(), "a smoke run must write no results file"
+    assert cli.main(["experiment", slug, "--scale", "laptop", "--dry-run"]) == 0
+    plan = capsys.readouterr().out
+    assert f"{slug} at scale laptop" in plan and "estimate" in plan

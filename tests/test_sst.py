@@ -272,24 +272,40 @@ def _rows(size_sst, size_be, size_ig, faith_sst, faith_be, faith_ig, acc_sst, ac
 
 def test_claim_rules_can_go_either_way():
     cfg = experiment.Config()
-    good = {c["id"]: c for c in experiment.make_claims(_rows(
-        [0.10, 0.11, 0.12], [0.3, 0.31, 0.29], [0.5, 0.52, 0.49], [0.9, 0.92, 0.91], [0.5, 0.55, 0.6], [0.9, 0.9, 0.9],
-        [0.95, 0.951, 0.949], [0.955, 0.957, 0.953]), cfg)}
+    make = lambda *a, **k: {c["id"]: c for c in experiment.make_claims(_rows(*a, **k), cfg)}
+    sizes = ([0.10, 0.11, 0.12], [0.3, 0.31, 0.29], [0.5, 0.52, 0.49])
+    faith = ([0.9, 0.92, 0.91], [0.5, 0.55, 0.6], [0.9, 0.9, 0.9])
+    accs = ([0.95, 0.951, 0.949], [0.955, 0.957, 0.953])
+    good = make(*sizes, *faith, *accs)
     assert good["C1-concise"]["verdict"] == "reproduced" and good["C3-accuracy"]["verdict"] == "reproduced"
     assert good["C2-one-pass"]["verdict"] == "reproduced"
-    bad = {c["id"]: c for c in experiment.make_claims(_rows(
-        [0.35, 0.36, 0.34], [0.3, 0.31, 0.29], [0.5, 0.52, 0.49], [0.9, 0.92, 0.91], [0.5, 0.55, 0.6], [0.9, 0.9, 0.9],
-        [0.90, 0.91, 0.89], [0.955, 0.957, 0.953]), cfg)}
+    for cid, key in (("C1-concise", "size_delta"), ("C2-one-pass", "speed_orders"), ("C3-accuracy", "acc_tol")):
+        assert good[cid]["delta"] == getattr(cfg, key) and good[cid]["delta_reason"] == experiment.DELTA_REASONS[key]
+    assert good["C1-concise"]["better"] == "lower" and good["C3-accuracy"]["band"] == [-cfg.acc_tol, None]
+    # C1, smaller: larger masks rule the claim out; masks smaller by a hair (real, below delta = 0.02) are partial;
+    # a noisy size difference that holds both 0 and -0.02 is inconclusive
+    bad = make([0.35, 0.36, 0.34], *sizes[1:], *faith, [0.90, 0.91, 0.89], accs[1])
     assert bad["C1-concise"]["verdict"] == "not_reproduced" and bad["C3-accuracy"]["verdict"] == "not_reproduced"
-    unfaithful = {c["id"]: c for c in experiment.make_claims(_rows(
-        [0.10, 0.11, 0.12], [0.3, 0.31, 0.29], [0.5, 0.52, 0.49], [0.6, 0.62, 0.61], [0.5, 0.55, 0.6], [0.9, 0.9, 0.9],
-        [0.95, 0.951, 0.949], [0.955, 0.957, 0.953]), cfg)}
+    assert make([0.295, 0.305, 0.285], *sizes[1:], *faith, *accs)["C1-concise"]["verdict"] == "partial"
+    assert make([0.2, 0.4, 0.25], *sizes[1:], *faith, *accs)["C1-concise"]["verdict"] == "inconclusive"
+    # C1, as faithful (margin 0.05): far below is not reproduced, a noisy difference across -0.05 inconclusive
+    unfaithful = make(*sizes, [0.6, 0.62, 0.61], *faith[1:], *accs)
     assert unfaithful["C1-concise"]["verdict"] == "not_reproduced"
-    slow = {c["id"]: c for c in experiment.make_claims(_rows(
-        [0.10, 0.11, 0.12], [0.3, 0.31, 0.29], [0.5, 0.52, 0.49], [0.9, 0.92, 0.91], [0.5, 0.55, 0.6], [0.9, 0.9, 0.9],
-        [0.95, 0.951, 0.949], [0.955, 0.957, 0.953], sst_seconds=5e-3, coded_size=0.2), cfg)}
-    assert slow["C2-one-pass"]["verdict"] == "not_reproduced" and slow["K3-collapse"]["verdict"] == "failed"
+    assert make(*sizes, [0.8, 0.95, 0.9], *faith[1:], *accs)["C1-concise"]["verdict"] == "inconclusive"
+    # C3, non-inferiority (margin 0.02): a noisy difference across -0.02 is inconclusive
+    assert make(*sizes, *faith, [0.93, 0.96, 0.95], accs[1])["C3-accuracy"]["verdict"] == "inconclusive"
+    # C2 against delta = 2 orders: SST twice as fast on every seed is real but far short; a ratio around 1 that
+    # varies by seed holds 0 and stays short of 2; one that varies widely holds both
+    slow = make(*sizes, *faith, *accs, sst_seconds=5e-3, coded_size=0.2)
+    assert slow["C2-one-pass"]["verdict"] == "partial" and slow["K3-collapse"]["verdict"] == "failed"
     assert good["K3-collapse"]["verdict"] == "passed"
+    rows = _rows(*sizes, *faith, *accs)
+    for r, t in zip([r for r in rows if r["method"] == "SST straight-through"], (0.012, 0.009, 0.01)):
+        r["seconds"] = t
+    assert {c["id"]: c for c in experiment.make_claims(rows, cfg)}["C2-one-pass"]["verdict"] == "not_reproduced"
+    for r, t in zip([r for r in rows if r["method"] == "SST straight-through"], (1e-6, 0.02, 1e-4)):
+        r["seconds"] = t
+    assert {c["id"]: c for c in experiment.make_claims(rows, cfg)}["C2-one-pass"]["verdict"] == "inconclusive"
 
 
 def test_tiny_run_is_deterministic():

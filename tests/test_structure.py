@@ -148,6 +148,9 @@ def results_problems(doc: dict) -> list[str]:
             problems.append(f"{c['id']}: {c.get('replicates')} replicates; a claim needs at least 3 (seeds, worlds, problems)")
         if c.get("paper") is not None and c.get("paper_tests") is None:
             problems.append(f"{c['id']}: the paper gives a number; say whether the rule tests its direction or its size")
+        if c.get("delta") is None or not str(c.get("delta_reason") or "").strip():
+            problems.append(f"{c['id']}: a decided claim states the smallest effect that matters (delta=, with "
+                            "delta_reason=), fixed before the run")
     return problems
 
 
@@ -176,14 +179,15 @@ def test_closing_section_checker_itself():
 def test_results_checker_itself():
     iv = {"of": "d", "estimate": 1.0, "lo": 0.5, "hi": 1.5, "level": 0.95, "method": "Student t, 2 df", "n": 3}
     ok = {"kind": "claim", "id": "C1", "verdict": "reproduced", "interval": iv, "replicates": 3, "paper": 0.8,
-          "paper_tests": "direction"}
+          "paper_tests": "direction", "delta": 0.2, "delta_reason": "half the paper's gain"}
     chk = {"kind": "check", "id": "K1", "verdict": "passed"}
     assert results_problems({"claims": [ok, chk]}) == []
     assert results_problems({"claims": [chk]}) == ["no claim: a chapter tests at least one claim of its paper "
                                                    "(checks alone are not a reproduction)"]
     assert results_problems({"claims": [dict(ok, verdict="not_run", interval=None, replicates=None)]}) == []
-    p = results_problems({"claims": [dict(ok, interval=None, replicates=1, paper_tests=None)]})
-    assert len(p) == 3 and "interval" in p[0] and "1 replicates" in p[1] and "direction or its size" in p[2]
+    p = results_problems({"claims": [dict(ok, interval=None, replicates=1, paper_tests=None, delta=None)]})
+    assert len(p) == 4 and "interval" in p[0] and "1 replicates" in p[1] and "direction or its size" in p[2]
+    assert "smallest effect" in p[3]
 
 
 @pytest.mark.parametrize("slug", revised_chapters())
@@ -217,3 +221,45 @@ def test_full_preset_has_a_smoke_run_and_a_plan(slug):
 
 def test_revision_table_names_existing_chapters():
     assert set(AWAITING_REVISION) <= set(chapters()), sorted(set(AWAITING_REVISION) - set(chapters()))
+
+
+@pytest.mark.parametrize("slug", revised_chapters())
+def test_evaluation_shows_every_scale(slug):
+    "The claims table shows ci beside the committed laptop and full results, and the closing section says which decides."
+    src = "".join("".join(c["source"]) for p in sorted((NBS / slug).glob("*evaluation*.ipynb"))
+                  for c in json.loads(p.read_text())["cells"] if c["cell_type"] == "code")
+    assert "scales_markdown(" in src, f"{slug}: show the claims with core.results.scales_markdown(doc)"
+    assert re.search(r"closing_section\([^)]*chapter=", src, re.S), f"{slug}: closing_section(..., chapter=slug)"
+
+
+def test_book_workflow_runs_the_ci_stages():
+    "The workflow that publishes the book runs the same make stages as .ci/run, in the same order, then deploys."
+    stages = re.search(r"for stage in ([\w -]+); do", (ROOT / ".ci" / "run").read_text()).group(1).split()
+    wf = (ROOT / ".github" / "workflows" / "book.yml").read_text()
+    made = re.findall(r"^\s*run: make ([\w -]+)$", wf, re.M)
+    assert made == [" ".join(stages)], (made, stages)
+    for needed in ("actions/upload-pages-artifact", "actions/deploy-pages", "path: book/_build/html", "branches: [main]"):
+        assert needed in wf, needed
+
+
+def test_committed_results_validate_and_say_where_they_came_from():
+    "Every committed laptop or full result validates and carries its provenance (a stale one is shown, not failed)."
+    from iclr25_repro.core.results import COMMITTED_SCALES, load_results
+    for scale in COMMITTED_SCALES:
+        for path in (ROOT / "book" / "results").glob(f"*/{scale}.json"):
+            doc = load_results(path)
+            assert doc["chapter"] == path.parent.name and doc["scale"] == scale, path
+            assert doc["provenance"]["key"] and doc["provenance"]["command"], path
+
+
+@pytest.mark.parametrize("slug", chapters())
+def test_chapter_package_exports_its_public_api(slug):
+    "from iclr25_repro.<slug> import <name> works for every name the chapter's implementation modules export."
+    import importlib
+    from iclr25_repro.core.cli import package_init
+    init = ROOT / "iclr25_repro" / slug / "__init__.py"
+    assert init.read_text() == package_init(slug), f"regenerate: python -m iclr25_repro inits"
+    pkg = importlib.import_module(f"iclr25_repro.{slug}")
+    assert pkg.__all__, f"{slug}: no public names"
+    for name in pkg.__all__:
+        assert getattr(pkg, name) is not None, f"iclr25_repro.{slug}.{name}"

@@ -264,24 +264,81 @@ def _fake(contraction=0.9, slope=-1.0, plateau=1e-2, sam=(93, 94, 95), sgd=(90, 
 CHECKS = ("K1-step-gain", "K2-usam-exact", "K3-two-passes", "K4-importance-faster", "K5-same-step", "K6-full-batch-bound")
 
 
+def _verdicts(inputs):
+    return {x["id"]: x["verdict"] for x in experiment.make_claims(*inputs)}
+
+
+def _per_problem(inputs, key, values, part="sto"):
+    "Set `key` of problem p's C1 fits (part 'sto') or C2 runs (part 'dec') to values[p]."
+    a, dec = inputs[0], inputs[1]
+    for p, v in zip(a, values):
+        for s in (p["sto"] if part == "sto" else [d for d in dec if d["problem"] == p["problem"]]):
+            s[key] = v(s) if callable(v) else v
+    return inputs
+
+
 def test_make_claims_verdicts():
     c = {x["id"]: x for x in experiment.make_claims(*_fake())}
     assert [c[k]["verdict"] for k in ("C1-linear", "C2-decreasing", "C3-vs-sgd", "C4-vs-usam")] == ["reproduced"] * 4
     assert c["C3-vs-sgd"]["ours"] == 94.0 and c["C3-vs-sgd"]["baseline"] == 91.0   # SAM picked over 1 - 1/t on validation
     assert all(c[k]["verdict"] == "passed" for k in CHECKS)
+    # every claim states its delta, fixed in DELTAS; C3 and C4's are half the paper's gains
+    for k in ("C1-linear", "C2-decreasing", "C3-vs-sgd", "C4-vs-usam"):
+        assert c[k]["delta"] == experiment.DELTAS[k][0] > 0 and c[k]["delta_reason"]
+    assert c["C3-vs-sgd"]["delta"] == pytest.approx(0.315) and c["C4-vs-usam"]["delta"] == pytest.approx(0.065)
+    assert c["C2-decreasing"]["band"] == [-1.2, -0.8] and c["C1-linear"]["better"] == "higher"
     # each claim can fail
     c = {x["id"]: x for x in experiment.make_claims(*_fake(contraction=0.99, slope=-0.5, plateau=1.5e-3,
                                                                 sam=(90, 91, 92), usam=(95, 96, 97)))}
-    assert c["C1-linear"]["verdict"] == "partial"                 # linear shape, but slower than the reference rate
+    assert c["C1-linear"]["verdict"] == "not_reproduced"          # linear shape, but slower than the reference rate
     assert c["C2-decreasing"]["verdict"] == "not_reproduced"      # slope -0.5: not O(1/t)
     assert c["C3-vs-sgd"]["verdict"] == "not_reproduced" and c["C4-vs-usam"]["verdict"] == "not_reproduced"
     assert c["K6-full-batch-bound"]["verdict"] == "failed"        # slower than the bound's q
     c = {x["id"]: x for x in experiment.make_claims(*_fake(plateau=1.5e-3, r2_power=0.995, same=1e-1, final=1e-6))}
-    assert c["C2-decreasing"]["verdict"] == "partial"             # the slope holds, the constant steps do not stall
+    assert c["C2-decreasing"]["verdict"] == "partial"             # the slope holds, constant steps stall only 1.5x
     assert c["C1-linear"]["verdict"] == "not_reproduced"          # a power law fits better: sublinear
     assert c["K5-same-step"]["verdict"] == "failed"               # uniform at the same step ten times worse
     assert c["K6-full-batch-bound"]["verdict"] == "failed"        # final gap above the bound
     assert c["K2-usam-exact"]["verdict"] == "failed"
+
+
+def test_c1_rule_moves_with_the_numbers():
+    # R^2 gains 0.02, 0.025, 0.03 in every arm: real, below delta = 0.05
+    small = _per_problem(_fake(), "r2_power", [lambda s, g=g: s["r2_linear"] - g for g in (0.02, 0.025, 0.03)])
+    assert _verdicts(small)["C1-linear"] == "partial"
+    # gains 0.02, 0.01, 0.00: the interval holds 0 and stays below delta
+    assert _verdicts(_fake(r2_power=0.97))["C1-linear"] == "not_reproduced"
+    # gains spread across 0 and past delta
+    gains = _per_problem(_fake(), "r2_power", [lambda s, g=g: s["r2_linear"] - g for g in (0.2, -0.1, 0.05)])
+    assert _verdicts(gains)["C1-linear"] == "inconclusive"
+    # the rate over the reference (1 - 0.95) straddles 1: 2.0, 0.6, 0.8
+    rate = _per_problem(_fake(), "contraction", [0.9, 0.97, 0.96])
+    assert _verdicts(rate)["C1-linear"] == "inconclusive"
+    # one arm alone below delta makes the whole claim partial (the weakest part decides)
+    a, *rest = _fake()
+    for p in a:
+        for s in p["sto"]:
+            if s["tau"] == 5 and s["lam"] == 0.5:
+                s["r2_power"] = s["r2_linear"] - 0.02 - 0.005 * p["problem"]
+    assert _verdicts((a, *rest))["C1-linear"] == "partial"
+
+
+def test_c2_rule_moves_with_the_numbers():
+    assert _verdicts(_fake(slope=-0.8))["C2-decreasing"] == "inconclusive"     # slopes -0.8 to -0.78: across the edge
+    assert _verdicts(_fake(slope=-0.5))["C2-decreasing"] == "not_reproduced"   # wholly outside the band
+    assert _verdicts(_fake(plateau=1e-3))["C2-decreasing"] == "not_reproduced"  # no stall: plateau = final gap
+    # stall ratios 10^0.8, 10^-0.3, 10^0.2: across 0 and past log10 2
+    stall = _per_problem(_fake(), "plateau", [1e-3 * 10 ** x for x in (0.8, -0.3, 0.2)], part="dec")
+    assert _verdicts(stall)["C2-decreasing"] == "inconclusive"
+
+
+def test_c3_c4_rules_move_with_the_numbers():
+    # SGD's pick is 90, 91, 92 (the first budget); SAM ahead by 0.1 on every seed: real, below delta = 0.315
+    assert _verdicts(_fake(sam=(90.1, 91.1, 92.1)))["C3-vs-sgd"] == "partial"
+    assert _verdicts(_fake(sam=(93, 90, 92)))["C3-vs-sgd"] == "inconclusive"           # +3, -1, 0
+    assert _verdicts(_fake(usam=(92.95, 93.95, 94.95)))["C4-vs-usam"] == "partial"     # +0.05 < 0.065
+    assert _verdicts(_fake(usam=(90, 95, 95)))["C4-vs-usam"] == "inconclusive"         # +3, -1, 0
+    assert _verdicts(_fake(usam=(93, 94, 95)))["C4-vs-usam"] == "not_reproduced"       # level
 
 
 def test_dec_job_window_and_short_runs():
@@ -320,6 +377,7 @@ def test_tiny_experiment():
     out = experiment.run(cfg)
     ids = [c["id"] for c in out["claims"]]
     assert ids == ["C1-linear", "C2-decreasing", "C3-vs-sgd", "C4-vs-usam", *CHECKS]
+    assert all(c["delta"] > 0 and c["delta_reason"] for c in out["claims"] if c["kind"] == "claim")
     n_sgd = len(cfg.lrs) * len(cfg.seeds)
     assert len(out["rows"]) == 2 * n_sgd + (len(cfg.methods) - 1) * len(cfg.lrs) * len(cfg.rhos) * len(cfg.seeds)
     assert all(0 <= r["test_acc"] <= 100 for r in out["rows"])

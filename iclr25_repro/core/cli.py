@@ -21,10 +21,11 @@ from .results import RESULTS_SCHEMA, fmt_interval, make_results, repo_root, save
 from .runtime import SCALES, Timer, pick_device, seed_everything, thread_env
 
 # %% auto #0
-__all__ = ['KERNEL_ENV', 'CI_BUDGET_S', 'DEFAULT_JOBS', 'chapter_slugs', 'chapter_notebooks', 'book_cell_tags',
+__all__ = ['KERNEL_ENV', 'CI_BUDGET_S', 'DEFAULT_JOBS', 'BUDGET_S', 'chapter_slugs', 'chapter_notebooks', 'book_cell_tags',
            'has_parameters_cell', 'execute_notebook', 'chapter_inputs', 'installed_versions', 'chapter_key',
            'cached_rows', 'store_cache', 'run_chapter', 'run_book', 'format_timings', 'record_run', 'experiment_module',
-           'run_experiment', 'dry_run', 'build_book', 'strip_outputs', 'check_clean', 'main']
+           'run_experiment', 'plan_units', 'estimate_wall', 'dry_run', 'build_book', 'strip_outputs', 'package_init',
+           'write_package_inits', 'check_clean', 'main']
 
 # %% ../../nbs/core/05_cli.ipynb #0b3f44f8
 def _visible(p: Path) -> bool:
@@ -48,8 +49,20 @@ _DIRECTIVE = re.compile(r"^\s*#\|\s*(.*?)\s*$")
 _TAGS = {"hide": "remove-cell", "include: false": "remove-cell", "echo: false": "remove-input",
          "output: false": "remove-output", "code-fold: true": "hide-input"}
 
+def _imports_only(src: str) -> bool:
+    "True for code that only imports (IPython magics and blank lines aside)."
+    import ast
+    lines = [l for l in src.splitlines() if not l.lstrip().startswith(("%", "!"))]
+    try:
+        body = ast.parse("\n".join(lines)).body
+    except SyntaxError:
+        return False
+    return bool(body) and all(isinstance(s, (ast.Import, ast.ImportFrom)) for s in body)
+
+_CONFIG = re.compile(r"^class Config\b", re.M)
+
 def book_cell_tags(nb: dict) -> dict:
-    "Turn nbdev `#|` directives of the code cells of notebook `nb` (a dict, changed in place) into cell tags."
+    "Turn nbdev `#|` directives of the code cells of notebook `nb` (a dict, changed in place) into cell tags; hide imports, parameters and collapse the Config."
     for cell in nb["cells"]:
         if cell["cell_type"] != "code":
             continue
@@ -61,8 +74,12 @@ def book_cell_tags(nb: dict) -> dict:
                 kept.append(line)
             elif m.group(1).lower() in _TAGS:
                 tags.append(_TAGS[m.group(1).lower()])
-        if not "\n".join(kept).strip():
+        code = "\n".join(kept)
+        old = cell.get("metadata", {}).get("tags", [])
+        if not code.strip() or _imports_only(code) or {"parameters", "injected-parameters"} & set(old):
             tags.append("remove-cell")
+        elif _CONFIG.search(code):
+            tags.append("hide-input")
         cell["source"] = "\n".join(kept).strip("\n")
         if tags:
             old = cell.setdefault("metadata", {}).setdefault("tags", [])
@@ -339,7 +356,43 @@ def _short(v) -> str:
     s = repr(v)
     return s if len(s) <= 70 else s[:67] + "..."
 
-def dry_run(slug: str, scale: str = "full", device: str = "auto", seed: int = 0) -> str:
+BUDGET_S = {"ci": 60.0, "laptop": 1200.0, "full": 600.0}   # a chapter's wall-time budget at each scale
+
+def plan_units(plan: list[dict]) -> float | None:
+    "The total work of a plan: the sum of its phases' numeric `units` (None when no phase counts them)."
+    units = [float(p["units"]) for p in plan if isinstance(p.get("units"), (int, float)) and not isinstance(p["units"], bool)]
+    return sum(units) if units else None
+
+def estimate_wall(slug: str, scale: str, seed: int = 0, measure: bool = True) -> dict | None:
+    "{'seconds', 'units', 'assumes'} for chapter `slug` at `scale` (laptop: scaled from a timed smoke run; full: GPU_UNITS_PER_S); None without units."
+    module = experiment_module(slug)
+    if not hasattr(module, "plan"):
+        return None
+    cfg = module.Config.preset(scale, seed=seed)
+    units = plan_units(module.plan(cfg))
+    if units is None:
+        return None
+    if scale == "full":
+        rate = getattr(module, "GPU_UNITS_PER_S", None)
+        if not rate:
+            return {"seconds": None, "units": units, "assumes": "no GPU_UNITS_PER_S stated by the chapter"}
+        return {"seconds": units / rate, "units": units, "assumes": f"{rate:.3g} units/s on one GPU (the chapter's statement)"}
+    if not measure:
+        return {"seconds": None, "units": units, "assumes": "not measured"}
+    smoke = module.Config.preset(scale, smoke=True, device="cpu", seed=seed)
+    smoke_units = plan_units(module.plan(smoke))
+    if not smoke_units:
+        return {"seconds": None, "units": units, "assumes": "the smoke preset counts no units"}
+    import torch
+    seed_everything(smoke.seed)
+    with Timer() as t:
+        module.run(smoke)
+    rate = smoke_units / max(t.seconds, 1e-9)
+    return {"seconds": units / rate, "units": units,
+            "assumes": f"{rate:.3g} units/s, measured by the {scale} smoke run ({smoke_units:.3g} units in {t.seconds:.1f} s on "
+                       f"{torch.get_num_threads()} threads here)"}
+
+def dry_run(slug: str, scale: str = "full", device: str = "auto", seed: int = 0, measure: bool = True) -> str:
     "The plan of chapter `slug` at `scale`, as text: the config's differences from ci, the seeds, the chapter's `plan(cfg)`."
     module = experiment_module(slug)
     cfg = module.Config.preset(scale, device=device, seed=seed)
@@ -358,6 +411,17 @@ def dry_run(slug: str, scale: str = "full", device: str = "auto", seed: int = 0)
             lines.append("- " + "; ".join(f"{k}: {v}" for k, v in step.items()))
     else:
         lines += ["", "(this chapter defines no plan(cfg): its phases are not listed)"]
+    if scale in ("laptop", "full"):
+        est = estimate_wall(slug, scale, seed, measure=measure)
+        budget = BUDGET_S[scale]
+        if est is None:
+            lines += ["", f"estimate: none (the plan's phases count no `units` of work)"]
+        elif est["seconds"] is None:
+            lines += ["", f"work: {est['units']:.3g} units; estimate: none ({est['assumes']})"]
+        else:
+            over = est["seconds"] > budget
+            lines += ["", f"work: {est['units']:.3g} units; estimated wall time {est['seconds']:.0f} s at {est['assumes']}"
+                      + (f"; OVER the {budget:.0f} s budget: cut the preset" if over else f"; budget {budget:.0f} s")]
     return "\n".join(lines)
 
 # %% ../../nbs/core/05_cli.ipynb #6198a672
@@ -395,8 +459,50 @@ def strip_outputs(path: Path) -> bool:
         path.write_text(json.dumps(nb, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
     return dirty
 
+def _module_all(path: Path) -> list[str]:
+    "The names in a module's `__all__` (read with ast; empty when it has none)."
+    import ast
+    for node in ast.parse(path.read_text(encoding="utf-8")).body:
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "__all__" for t in node.targets):
+            return list(ast.literal_eval(node.value))
+    return []
+
+def package_init(slug: str, root: str | Path | None = None) -> str:
+    "The generated `__init__.py` of chapter `slug`: the `__all__` of each implementation module, re-exported."
+    pkg = repo_root(root) / "iclr25_repro" / slug
+    modules = sorted(p for p in pkg.glob("*.py") if p.stem not in ("__init__", "experiment") and not p.stem.startswith("_"))
+    seen: dict[str, str] = {}
+    lines = [f'"""The public API of chapter `{slug}`: every name its implementation notebooks export, importable as '
+             f'`from iclr25_repro.{slug} import ...`."""', "",
+             "# AUTOGENERATED by `python -m iclr25_repro inits` (core.cli.write_package_inits) from the modules' __all__; "
+             "DO NOT EDIT.", ""]
+    for m in modules:
+        names = _module_all(m)
+        for n in names:
+            if n in seen:
+                raise ValueError(f"{slug}: {n!r} is exported by both {seen[n]} and {m.stem}; rename one")
+            seen[n] = m.stem
+        if names:
+            lines.append(f"from .{m.stem} import ({', '.join(names)},)")
+    lines += ["", f"__all__ = {sorted(seen)!r}"]
+    return "\n".join(lines) + "\n"
+
+def write_package_inits(root: str | Path | None = None) -> list[Path]:
+    "Write every chapter's `__init__.py` (see `package_init`); return the files that changed."
+    root = repo_root(root)
+    changed = []
+    for folder in sorted((root / "iclr25_repro").iterdir()):
+        if not folder.is_dir() or folder.name in ("core", "__pycache__") or not (folder / "__init__.py").exists():
+            continue
+        text = package_init(folder.name, root)
+        init = folder / "__init__.py"
+        if init.read_text(encoding="utf-8") != text:
+            init.write_text(text, encoding="utf-8")
+            changed.append(init)
+    return changed
+
 def check_clean(root: str | Path | None = None) -> list[str]:
-    "Strip outputs, run nbdev_export and nbdev_clean; return the files that changed (empty when in sync)."
+    "Strip outputs, run nbdev_export, nbdev_clean and write_package_inits; return the files that changed (empty when in sync)."
     root = repo_root(root)
     notebooks = [p for p in (root / "nbs").rglob("*.ipynb") if ".ipynb_checkpoints" not in p.parts]
     def snapshot():
@@ -407,6 +513,7 @@ def check_clean(root: str | Path | None = None) -> list[str]:
         strip_outputs(nb)
     for tool in ("nbdev_export", "nbdev_clean"):
         subprocess.run([_tool(tool)], check=True, cwd=root)
+    write_package_inits(root)
     after = snapshot()
     return sorted(str(Path(p).relative_to(root)) for p in set(before) | set(after) if before.get(p) != after.get(p))
 
@@ -433,6 +540,7 @@ def _parser() -> argparse.ArgumentParser:
     sub.add_parser("scorecard", help="write book/scorecard.md from the results files")
     sub.add_parser("check-clean", help="strip outputs, run nbdev_export and nbdev_clean; fail if a file changed")
     sub.add_parser("schema", help="print the results JSON Schema")
+    sub.add_parser("inits", help="write each chapter's __init__.py from its modules' __all__ (after nbdev_export)")
     return ap
 
 def main(argv: list[str] | None = None) -> int:
@@ -470,6 +578,10 @@ def main(argv: list[str] | None = None) -> int:
         if changed:
             print("Notebooks and package were out of sync or unclean; commit the files above.")
         return int(bool(changed))
+    if args.command == "inits":
+        for f in write_package_inits():
+            print(f"wrote {f}")
+        return 0
     if args.command == "schema":
         print(json.dumps(RESULTS_SCHEMA, indent=2))
         return 0

@@ -25,12 +25,12 @@ import numpy as np
 # %% auto #0
 __all__ = ['KINDS', 'VERDICTS', 'CHECK_VERDICTS', 'PAPER_TESTS', 'RESULT_SCALES', 'COMMITTED_SCALES', 'BETTER', 'GATE_SCHEMA',
            'INTERVAL_SCHEMA', 'CLAIM_SCHEMA', 'CHECK_SCHEMA', 'PROVENANCE_SCHEMA', 'RESULTS_SCHEMA', 'INTERVAL_METHODS',
-           'AUTO_BOOTSTRAP_MIN', 'KEY_OF', 'SCALE_ORDER', 'verdict_from', 'gate', 'gates_passed', 'decide',
-           'decide_within', 'decide_size', 'all_of', 'any_of', 'claim', 'check', 'mean_interval', 'paired_interval',
-           'decide_threshold', 'per_seed', 'repo_root', 'results_path', 'environment', 'source_files', 'source_key',
-           'machine', 'default_command', 'provenance', 'is_stale', 'validate_results', 'make_results', 'save_results',
-           'load_results', 'fmt', 'fmt_interval', 'gates_text', 'delta_text', 'claims_markdown', 'committed_results',
-           'deciding_scale', 'scales_markdown']
+           'AUTO_BOOTSTRAP_MIN', 'KEY_OF', 'SCALE_ORDER', 'gate', 'gates_passed', 'decide', 'decide_within',
+           'decide_size', 'all_of', 'any_of', 'claim', 'check', 'mean_interval', 'paired_interval', 'per_seed',
+           'repo_root', 'results_path', 'environment', 'source_files', 'source_key', 'machine', 'default_command',
+           'provenance', 'is_stale', 'validate_results', 'make_results', 'save_results', 'load_results', 'fmt',
+           'fmt_interval', 'gates_text', 'delta_text', 'claims_markdown', 'committed_results', 'deciding_scale',
+           'scales_markdown']
 
 # %% ../../nbs/core/02_results.ipynb #184ab492
 KINDS = ("claim", "check")
@@ -99,7 +99,8 @@ CLAIM_SCHEMA: dict[str, Any] = {
     # a verdict other than not_run rests on a measured number, a smallest effect that matters (delta, with its reason)
     # and gates that all passed
     "if": {"properties": {"verdict": {"enum": ["reproduced", "partial", "inconclusive", "not_reproduced"]}}},
-    "then": {"properties": {"ours": {"type": "number"},
+    "then": {"properties": {"ours": {"type": "number"}, "delta": {"type": "number"},
+                            "delta_reason": {"type": "string", "minLength": 1},
                             "gates": {"items": {"properties": {"passed": {"const": True}}}}}},
 }
 
@@ -194,12 +195,6 @@ def _pair(x, name: str) -> list[float] | None:
         raise ValueError(f"{name} must be (lo, hi) with finite lo <= hi, got {x!r}")
     return [lo, hi]
 
-def verdict_from(reproduced: bool, partial: bool = False, measured: bool = True) -> str:
-    "The verdict for a rule whose full condition is `reproduced` and weaker condition is `partial` (the form before `delta`)."
-    if not measured:
-        return "not_run"
-    return "reproduced" if bool(reproduced) else ("partial" if bool(partial) else "not_reproduced")
-
 def gate(name: str, value, threshold: float, better: str = "higher") -> dict[str, Any]:
     "One competence gate: `value` must reach `threshold` (>= when `better='higher'`, <= when 'lower'); an unmeasured value fails."
     if better not in BETTER:
@@ -285,8 +280,7 @@ def any_of(verdicts) -> str:
 
 def claim(id: str, claim: str, metric: str, *, paper, ours, rule: str, interval: dict | None = None,
           delta: float | None = None, delta_reason: str = "", better: str | None = "higher", band=None,
-          gates=(), verdict: str | None = None, reproduced: bool | None = None, partial: bool = False,
-          baseline=None, note: str = "", paper_tests: str | None = None, replicates: int | None = None,
+          gates=(), verdict: str | None = None, baseline=None, note: str = "", paper_tests: str | None = None, replicates: int | None = None,
           ours_interval=None, baseline_interval=None) -> dict[str, Any]:
     """One claim record, its verdict computed from the measured numbers.
 
@@ -294,7 +288,7 @@ def claim(id: str, claim: str, metric: str, *, paper, ours, rule: str, interval:
     with `delta_reason`) and `better`; the verdict is `decide(interval, delta, better)`. A rule that tests a number
     within a tolerance gives `band=(low, high)` instead (`decide_within`). A rule over several intervals computes
     `verdict=` itself from `decide`/`decide_within`/`all_of` and still states `delta`. A failed gate (`gate`) or a
-    missing measurement gives `not_run`. `reproduced=`/`partial=` (booleans) is the older form, without delta."""
+    missing measurement gives `not_run`."""
     if not rule or not isinstance(rule, str):
         raise ValueError("rule must be a non-empty sentence saying how the verdict is decided")
     if paper_tests not in (None, *PAPER_TESTS):
@@ -323,11 +317,7 @@ def claim(id: str, claim: str, metric: str, *, paper, ours, rule: str, interval:
         if not str(delta_reason).strip():
             raise ValueError("delta_reason must say in one sentence why this is the smallest effect that matters")
     ours_n = _number(ours)
-    if reproduced is not None:  # the older form: the caller's booleans, no delta
-        if verdict is not None or band is not None:
-            raise ValueError("give either reproduced=/partial= (the older form) or verdict=/band=/delta, not both")
-        computed = verdict_from(reproduced, partial)
-    elif verdict is not None:
+    if verdict is not None:
         if verdict not in VERDICTS:
             raise ValueError(f"verdict must be one of {VERDICTS}, got {verdict!r}")
         if delta is None and band is None:
@@ -422,14 +412,6 @@ def paired_interval(ours, baseline, *, log: bool = False, of: str | None = None,
         d, what = a - b, "ours - baseline"
     statistic = kwargs.get("statistic", "mean")
     return mean_interval(d, of=of or f"{statistic} of {what}, paired over {len(d)} replicates", **kwargs)
-
-def decide_threshold(interval: dict, threshold: float = 0.0, better: str = "higher") -> dict[str, bool]:
-    "The older rule, without a smallest effect: {'reproduced': the whole interval beats `threshold`, 'partial': its estimate does}."
-    if better not in ("higher", "lower"):
-        raise ValueError(f"better must be 'higher' or 'lower', got {better!r}")
-    sign = 1.0 if better == "higher" else -1.0
-    edge = interval["lo"] if better == "higher" else interval["hi"]
-    return {"reproduced": bool(sign * (edge - threshold) > 0), "partial": bool(sign * (interval["estimate"] - threshold) > 0)}
 
 # %% ../../nbs/core/02_results.ipynb #abb6421c
 def per_seed(rows: list[dict], seeds, metric: str, **match) -> np.ndarray:

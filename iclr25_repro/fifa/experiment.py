@@ -21,8 +21,8 @@ from .model import (QUALITY_ANCHORS, PCACodec, PixelCodec, PromptCodes, ProxyRew
                                      mark_score, quality_scores, sample, target, train_denoiser, train_dpo, true_reward)
 
 # %% auto #0
-__all__ = ['PAPER', 'ARMS', 'TUNE_GRID', 'SPEED_MARGIN', 'Config', 'selections', 'Prepared', 'prepare', 'arm_hparams', 'fit_arm',
-           'seed_job', 'tune_job', 'best_hparams', 'world_checks', 'run', 'plan', 'make_claims']
+__all__ = ['PAPER', 'ARMS', 'TUNE_GRID', 'DELTAS', 'SPEED_MARGIN', 'Config', 'selections', 'Prepared', 'prepare', 'arm_hparams',
+           'fit_arm', 'seed_job', 'tune_job', 'best_hparams', 'world_checks', 'run', 'plan', 'make_claims']
 
 # %% ../../nbs/fifa/03_evaluation.ipynb #9a077be6
 PAPER = {"title": "Automated Filtering of Human Feedback Data for Aligning Text-to-Image Diffusion Models",
@@ -306,7 +306,20 @@ def plan(cfg: Config) -> list[dict]:
 
 
 # %% ../../nbs/fifa/03_evaluation.ipynb #518d211c
-SPEED_MARGIN = 0.02   # C1-speed's non-inferiority margin, in units of the true reward (a cosine), fixed before the run
+# The smallest effect that matters for each claim, fixed before any run: (delta, why). The paper's numbers are
+# PickScores, human win rates (17% more often preferred) and GPU hours on Stable Diffusion, none of them in this
+# world's units, so the deltas are set in the units of the true reward r* (a cosine less half the harmful mark).
+DELTAS = {
+    "reward": (0.02, "the paper's gains are PickScores and human win rates, not in this world's units, so two "
+                     "hundredths of the true reward (a cosine), the smallest gap taken to matter throughout the chapter"),
+    "C1-speed": (0.02, "the non-inferiority margin: no worse by more than the two hundredths of true reward taken to "
+                       "matter throughout the chapter"),
+    "C2-flips": (0.05, "the paper gives no label-noise number, so a quarter of the 20% of labels the world flips "
+                       "(flip = 0.2, a design constant)"),
+    "C3-quality": (0.04, "0.04 of the harmful mark costs 0.02 of true reward (r* subtracts half the mark), the "
+                         "smallest reward gap taken to matter throughout the chapter"),
+}
+SPEED_MARGIN = DELTAS["C1-speed"][0]   # C1-speed's non-inferiority margin, in units of the true reward (a cosine)
 
 
 def make_claims(rows, seeds, cfg) -> list[dict]:
@@ -316,17 +329,26 @@ def make_claims(rows, seeds, cfg) -> list[dict]:
     B, L = cfg.steps, cfg.steps * cfg.full_factor
     out = []
 
-    def diff(cid, text, metric, a, b, a_metric, b_metric=None, better="higher", note="", what=None, margin=0.0):
+    def diff(cid, text, metric, a, b, a_metric, b_metric=None, better="higher", note="", what=None, margin=0.0,
+             delta=DELTAS["reward"]):
         x, y = val(a_metric, a), val(b_metric or a_metric, b)
         first, second = (f"{a_metric}({a})", f"{b_metric or a_metric}({b})")[::1 if better == "higher" else -1]
+        # the interval is oriented so that the paper's direction is positive: ours - baseline, or baseline - ours
+        # for a metric where lower is better
         iv = paired_interval(*((x, y) if better == "higher" else (y, x)), method="t",
                              of=what or f"{first} - {second}, paired over seeds")
-        edge = f"above -{margin:g} (non-inferiority: {a} no worse than {b} by more than {margin:g})" if margin else \
-            f"above 0 ({a} {'above' if better == 'higher' else 'below'} {b})"
+        d, why = delta
+        if margin:
+            rule = (f"Paired over seeds: the 95% t interval of {first} - {second} tested within [-{margin:g}, inf) "
+                    f"(non-inferiority with margin delta = {margin:g}: {a} no worse than {b} by more than {margin:g}); "
+                    "reproduced if it lies inside, not reproduced if it lies wholly below -delta, inconclusive if it "
+                    "spans the edge.")
+            kw = dict(band=(-margin, None), delta=margin)
+        else:
+            rule = f"Paired over seeds: decide(95% t interval of {first} - {second}, delta = {d:g})."
+            kw = dict(delta=d, better="higher")
         out.append(claim(cid, text, metric, paper=None, ours=float(x.mean()), baseline=float(y.mean()), interval=iv,
-                         rule=f"Paired over seeds: reproduced if the 95% t interval of {first} - {second} lies {edge}; "
-                              f"partial if its estimate does; otherwise not reproduced.",
-                         reproduced=iv["lo"] > -margin, partial=iv["estimate"] > -margin, note=note))
+                         rule=rule, delta_reason=why, note=note, **kw))
 
     diff("C1-budget", f"At the same DPO budget ({B} steps), FiFA's K pairs give a higher true reward on held-out "
          "paraphrases than the full data.", f"true reward on held-out paraphrases after {B} steps", "FiFA", "full",
@@ -334,13 +356,14 @@ def make_claims(rows, seeds, cfg) -> list[dict]:
     diff("C1-speed", f"FiFA after {B} steps is at least as good as the full data after {L} ({cfg.full_factor}x the "
          "steps; the paper reports about 4x fewer GPU hours to reach the released Diffusion-DPO model's PickScore).",
          f"true reward: FiFA at {B} steps, full data at {L}", "FiFA", "full", "reward", "final_reward",
-         what=f"reward(FiFA, {B} steps) - reward(full, {L} steps), paired over seeds", margin=SPEED_MARGIN)
+         what=f"reward(FiFA, {B} steps) - reward(full, {L} steps), paired over seeds", margin=SPEED_MARGIN,
+         delta=DELTAS["C1-speed"])
     diff("C1-random", "FiFA's pairs beat a random subset of the same size at the same budget (which pairs are kept "
          "matters, not only how few).", f"true reward on held-out paraphrases after {B} steps", "FiFA", "random",
          "reward")
     diff("C2-flips", "On ordinary (not harmful) prompts, the pairs FiFA selects carry fewer wrong labels, against the "
          "true reward, than the data.", "share of labels disagreeing with the true reward, ordinary prompts",
-         "FiFA", "full", "flip_ordinary", better="lower",
+         "FiFA", "full", "flip_ordinary", better="lower", delta=DELTAS["C2-flips"],
          note=f"Margin only: {val('flip_ordinary', 'margin').mean():.3f}; all prompts: FiFA "
               f"{val('flip', 'FiFA').mean():.3f}, data {val('flip', 'full').mean():.3f}.")
     diff("C3-margin", "FiFA's full score (margin, quality, diversity) gives at least the reward of margin-only top-K "
@@ -348,7 +371,8 @@ def make_claims(rows, seeds, cfg) -> list[dict]:
          f"true reward on held-out paraphrases after {B} steps", "FiFA", "margin", "reward")
     diff("C3-quality", "The quality term lowers harmful generations: removing it (alpha = 0) raises the mark on "
          "held-out harmful prompts.", "mark on held-out harmful prompts", "FiFA", "FiFA, no quality", "harmful_mark",
-         better="lower", note=f"Margin only: {val('harmful_mark', 'margin').mean():.3f}; share of harmful pairs "
+         better="lower", delta=DELTAS["C3-quality"],
+         note=f"Margin only: {val('harmful_mark', 'margin').mean():.3f}; share of harmful pairs "
                               f"selected: FiFA {val('harmful_share', 'FiFA').mean():.3f}, without quality "
                               f"{val('harmful_share', 'FiFA, no quality').mean():.3f}.")
     diff("C3-diversity", "The diversity term raises the reward on rare prompts: removing it (gamma = 0) lowers it.",

@@ -16,16 +16,16 @@ from typing import ClassVar
 import numpy as np
 import torch
 
-from ..core.results import check, claim, decide_threshold, mean_interval, paired_interval
+from ..core.results import all_of, check, claim, decide, gate, mean_interval, paired_interval
 from ..core.runtime import ScaledConfig, map_jobs, one_thread, pick_device, workers_device
 from .model import (CausalLM, TopicGrammar, all_solutions, avoid_constraint, clash_mask,
                                      genc_sample, masked_sample, random_sudoku_grids, rejection_sample, shidoku_model,
                                      sudoku_constraint, sudoku_puzzles, sudoku_valid, train_gpt2)
 
 # %% auto #0
-__all__ = ['PAPER', 'PROBE_BANNED', 'PROBE_TOPIC', 'PROBE_TEMPLATES', 'PROBE_NAMES', 'Config', 'masking_law', 'shidoku_job',
-           'puzzles_job', 'banned_log_q', 'banned_sir', 'word_banning', 'grammar_job', 'probe_prompts',
-           'banned_spellings', 'probe_job', 'run', 'make_claims', 'plan']
+__all__ = ['PAPER', 'PROBE_BANNED', 'PROBE_TOPIC', 'PROBE_TEMPLATES', 'PROBE_NAMES', 'DELTAS', 'PUZZLE_UNIQUE_MIN', 'Config',
+           'masking_law', 'shidoku_job', 'puzzles_job', 'banned_log_q', 'banned_sir', 'word_banning', 'grammar_job',
+           'probe_prompts', 'banned_spellings', 'probe_job', 'run', 'make_claims', 'plan']
 
 # %% ../../nbs/genc/03_evaluation.ipynb #df532548
 @dataclass
@@ -439,6 +439,24 @@ def run(cfg: Config) -> dict:
             "claims": make_claims(parts, cfg), "seeds": seeds, "device": workers_device(device, cfg.n_workers)}
 
 # %% ../../nbs/genc/03_evaluation.ipynb #cb97736e
+# the smallest effect that matters for each claim (fixed before the run) and why
+DELTAS = {
+    "C1-closer": (0.05, "the paper reports no distance to p(. | alpha); 0.05 in total variation, 5% of the "
+                        "probability mass placed differently, is the smallest change in an output law we count as "
+                        "mattering"),
+    "C4-budget": (0.05, "as C1: the paper reports no distance to p(. | alpha), and 0.05 in total variation is the "
+                        "smallest change in an output law we count as mattering"),
+    "C2-puzzles": (0.25, "half the paper's gap: Gen-C solves 100% of the puzzles against under 50% for the chat "
+                         "models, a gain of at least 0.5"),
+    "C3-topic": (0.02, "the paper's Table 3 could not be read offline; one output in fifty on the banned topic is "
+                       "the smallest change in a detoxifier's rate of off-limits outputs we count as mattering"),
+    "C5-topic-budget": (0.02, "as C3: one output in fifty is the smallest change in the rate of off-limits outputs "
+                              "we count as mattering, here in its distance to the model's own conditional"),
+}
+# C2's competence gate: puzzles whose clues leave several solutions let a decoder without the rules succeed by luck
+PUZZLE_UNIQUE_MIN = 0.9   # share of puzzles with a unique solution
+
+
 def _per_seed(rows, key: str, seeds, **match) -> np.ndarray:
     "rows' `key` where every field equals `match`, one number per seed (mean over rows of that seed)."
     out = []
@@ -462,34 +480,37 @@ def make_claims(parts: dict, cfg) -> list[dict]:
     d_S = paired_interval(tv(method="Gen-C", S=S1), tv(method="Gen-C", S=Smax), method="t",
                           of=f"mean over base models of TV(Gen-C, S={S1}) - TV(Gen-C, S={Smax})")
     floor = tv(method="exact draws")
+    d1, why1 = DELTAS["C1-closer"]
     claims.append(claim(
         "C1-closer", f"Token-by-token masking (myopic: it keeps the constraint satisfiable but ignores how likely the "
         f"future is to satisfy it) samples measurably far from p(. | alpha), while Gen-C's distance falls as S grows "
         f"and at S={Smax} lies below masking's.", f"TV to p(. | alpha) of the Gen-C outputs at S={Smax} "
         f"(empirical law of {cfg.n_out} outputs)", paper=None, ours=float(tv(method="Gen-C", S=Smax).mean()),
         baseline=float(tv(method="masking").mean()),
-        rule=f"On Shidoku, paired over base models, empirical laws of {cfg.n_out} outputs each: reproduced if the 95% "
-             f"t intervals of TV(masking) - TV(Gen-C, S={Smax}) and of TV(Gen-C, S={S1}) - TV(Gen-C, S={Smax}) both "
-             "lie above 0; partial if both estimates do; otherwise not reproduced.",
-        reproduced=d_mask["lo"] > 0 and d_S["lo"] > 0, partial=d_mask["estimate"] > 0 and d_S["estimate"] > 0,
-        interval=d_mask, note=f"TV(S={S1}) - TV(S={Smax}) {d_S['estimate']:+.3f} [{d_S['lo']:+.3f}, "
-                              f"{d_S['hi']:+.3f}]; exact draws of the same size (the floor) {floor.mean():.3f}"))
+        rule=f"On Shidoku, paired over base models, empirical laws of {cfg.n_out} outputs each: decide(95% t interval "
+             f"of TV(masking) - TV(Gen-C, S={Smax}), delta = {d1}) and decide(95% t interval of TV(Gen-C, S={S1}) - "
+             f"TV(Gen-C, S={Smax}), delta = {d1}); the verdict is the weaker of the two.",
+        verdict=all_of([decide(d_mask, d1, "higher"), decide(d_S, d1, "higher")]), delta=d1, delta_reason=why1,
+        better="higher", interval=d_mask,
+        note=f"TV(S={S1}) - TV(S={Smax}) {d_S['estimate']:+.3f} [{d_S['lo']:+.3f}, {d_S['hi']:+.3f}]; exact draws "
+             f"of the same size (the floor) {floor.mean():.3f}"))
     per = {}
     for S in cfg.sir_match:
         per[S] = paired_interval(tv(method="masked SIR", matches=S), tv(method="Gen-C", S=S), method="t",
                                  of=f"mean over base models of TV(masked SIR) - TV(Gen-C, S={S}) at Gen-C's evaluations")
     first = per[min(per)]
+    d4, why4 = DELTAS["C4-budget"]
     claims.append(claim(
         "C4-budget", "At equal model evaluations, Gen-C is closer to p(. | alpha) than satisfiability masking given "
         "the same evaluations (sampling-importance-resampling over masked draws with weights p / q).",
         "TV to p(. | alpha) of Gen-C", paper=None, ours=float(tv(method="Gen-C", S=min(per)).mean()),
         baseline=float(tv(method="masked SIR", matches=min(per)).mean()),
-        rule="On Shidoku, paired over base models: reproduced if, at every matched budget "
-             f"(Gen-C at S in {list(cfg.sir_match)}), the 95% t interval of TV(masked SIR) - TV(Gen-C) lies above 0; "
-             "partial if every estimate does; otherwise not reproduced.",
-        reproduced=all(v["lo"] > 0 for v in per.values()), partial=all(v["estimate"] > 0 for v in per.values()),
-        interval=first, note="; ".join(f"S={S}: {v['estimate']:+.3f} [{v['lo']:+.3f}, {v['hi']:+.3f}]"
-                                       for S, v in per.items())))
+        rule="On Shidoku, paired over base models, at every matched budget (Gen-C at S in "
+             f"{list(cfg.sir_match)}): decide(95% t interval of TV(masked SIR) - TV(Gen-C), delta = {d4}); the verdict "
+             "is the weakest budget's.",
+        verdict=all_of([decide(v, d4, "higher") for v in per.values()]), delta=d4, delta_reason=why4,
+        better="higher", interval=first,
+        note="; ".join(f"S={S}: {v['estimate']:+.3f} [{v['lo']:+.3f}, {v['hi']:+.3f}]" for S, v in per.items())))
     pseeds = sorted({r["seed"] for r in pz})
     rate = lambda key: np.array([np.mean([r[key] for r in pz if r["seed"] == s]) for s in pseeds])
     ivs = {b: paired_interval(rate("genc"), rate(b), method="t",
@@ -497,16 +518,21 @@ def make_claims(parts: dict, cfg) -> list[dict]:
            for b in ("greedy", "clash_restarts")}
     weakest = min(ivs, key=lambda b: ivs[b]["estimate"])
     N = cfg.box[0] * cfg.box[1]
+    d2, why2 = DELTAS["C2-puzzles"]
+    unique = float(np.mean([r["solutions"] == 1 for r in pz]))
     claims.append(claim(
         "C2-puzzles", "On Sudoku puzzles Gen-C's solve rate beats that of decoders without the compiled constraint, "
         "greedy decoding and clash-masked decoding with restarts, given the same sampling budget (the paper: 100% "
         "against under 50% for large chat models).",
         f"share of {N}x{N} puzzles solved", paper=1.0, paper_tests="direction", ours=float(rate("genc").mean()),
         baseline=float(rate(weakest).mean()),
-        rule="Paired over puzzle sets: reproduced if the 95% t intervals of the solve-rate differences Gen-C - "
-             "greedy and Gen-C - clash-masked decoding with restarts (within Gen-C's model evaluations) both lie "
-             "above 0; partial if both estimates do; otherwise not reproduced.",
-        reproduced=all(v["lo"] > 0 for v in ivs.values()), partial=all(v["estimate"] > 0 for v in ivs.values()),
+        rule="Paired over puzzle sets: decide(95% t interval of the solve-rate difference Gen-C - greedy, delta = "
+             f"{d2}) and decide(95% t interval of Gen-C - clash-masked decoding with restarts within Gen-C's model "
+             f"evaluations, delta = {d2}); the verdict is the weaker of the two. Gate: at least "
+             f"{PUZZLE_UNIQUE_MIN:.0%} of the puzzles have a unique solution (with several, a decoder without the rules "
+             "can solve a puzzle by luck), else not run.",
+        verdict=all_of([decide(v, d2, "higher") for v in ivs.values()]), delta=d2, delta_reason=why2,
+        better="higher", gates=[gate("share of puzzles with a unique solution", unique, PUZZLE_UNIQUE_MIN, "higher")],
         interval=ivs[weakest], note=f"baseline = {weakest}, the stronger one; " + "; ".join(
             f"vs {b}: {v['estimate']:+.3f} [{v['lo']:+.3f}, {v['hi']:+.3f}]" for b, v in ivs.items())))
     gseeds = sorted({r["seed"] for r in gr})
@@ -514,27 +540,29 @@ def make_claims(parts: dict, cfg) -> list[dict]:
     Lmax = max(cfg.lm_S)
     iv = paired_interval(tox(method="word banning"), tox(method="Gen-C", S=Lmax), method="t",
                          of=f"mean over trained models of the toxic-topic rate of word banning - Gen-C (S={Lmax})")
+    d3, why3 = DELTAS["C3-topic"]
     claims.append(claim(
         "C3-topic", "Gen-C lowers the rate of outputs on the banned topic below word banning's (the paper's Table 3, "
         "direction).", f"share of outputs with a toxic-topic word, Gen-C at S={Lmax}", paper=None,
         ours=float(tox(method="Gen-C", S=Lmax).mean()), baseline=float(tox(method="word banning").mean()),
-        rule="Paired over trained models: reproduced if the 95% t interval of the toxic-topic rate of word banning - "
-             f"Gen-C (S={Lmax}) lies above 0; partial if its estimate does; otherwise not reproduced.",
-        **decide_threshold(iv), interval=iv, note=f"the trained models' own P(toxic | no banned word) "
-                                        f"{np.mean([r['target_toxic'] for r in gr]):.3f}"))
+        rule="Paired over trained models: decide(95% t interval of the toxic-topic rate of word banning - Gen-C "
+             f"(S={Lmax}), delta = {d3}).",
+        delta=d3, delta_reason=why3, better="higher", interval=iv,
+        note=f"the trained models' own P(toxic | no banned word) {np.mean([r['target_toxic'] for r in gr]):.3f}"))
     Ls = cfg.lm_sir_match
     gap = lambda **m: np.abs(tox(**m) - _per_seed(gr, "target_toxic", gseeds, **m))
     iv5 = paired_interval(gap(method="word banning + SIR"), gap(method="Gen-C", S=Ls), method="t",
                           of=f"mean over trained models of |rate - target| of word banning + SIR - that of Gen-C "
                              f"(S={Ls}), at Gen-C's evaluations")
+    d5, why5 = DELTAS["C5-topic-budget"]
     claims.append(claim(
         "C5-topic-budget", "At equal model evaluations, Gen-C's toxic-topic rate is closer to the model's own "
         "P(toxic | no banned word) than word banning given the same evaluations (SIR over banned draws).",
         f"|toxic-topic rate - target| of Gen-C at S={Ls}", paper=None, ours=float(gap(method="Gen-C", S=Ls).mean()),
         baseline=float(gap(method="word banning + SIR").mean()),
-        rule="Paired over trained models: reproduced if the 95% t interval of |rate - target| of word banning + SIR "
-             f"minus that of Gen-C (S={Ls}, the same evaluations) lies above 0; partial if its estimate does; "
-             "otherwise not reproduced.", **decide_threshold(iv5), interval=iv5))
+        rule="Paired over trained models: decide(95% t interval of |rate - target| of word banning + SIR minus that "
+             f"of Gen-C (S={Ls}, the same evaluations), delta = {d5}).", delta=d5, delta_reason=why5, better="higher",
+        interval=iv5))
     genc_valid = min(r["valid"] for r in sh if r["method"] == "Gen-C")
     claims.append(check("K1-valid", "Every Gen-C output on Shidoku is a valid grid and none on the grammar holds a "
                         "banned word (by construction: the circuit samples only models of the constraint).",

@@ -12,7 +12,7 @@ from typing import ClassVar
 import numpy as np
 import torch
 
-from ..core.results import check, claim, decide_threshold, mean_interval, paired_interval
+from ..core.results import all_of, check, claim, decide, decide_within, gate, mean_interval, paired_interval
 from ..core.runtime import ScaledConfig, map_jobs, one_thread, pick_device, workers_device
 from .model import (CausalLMProposal, TokenBoost, all_sequences, check_sequences, contains, dpg, estimate_report,
                                       exact_report, first_position, guard_sample, logit_boost, prompt_analogue,
@@ -21,9 +21,9 @@ from .model import (CausalLMProposal, TokenBoost, all_sequences, check_sequences
 from transformers import SequenceBiasLogitsProcessor
 
 # %% auto #0
-__all__ = ['PAPER', 'MAX_GUARD_DRAWS', 'LEVEL', 'Config', 'matched_point', 'part_a', 'prompted_gpt2', 'EnumeratedLogProb',
-           'trained_b', 'part_b', 'part_c', 'part_margins', 'make_claims', 'grid_point', 'real_model_claim', 'run',
-           'plan']
+__all__ = ['PAPER', 'MAX_GUARD_DRAWS', 'LEVEL', 'DELTAS', 'AR_FACTOR', 'Config', 'matched_point', 'part_a', 'prompted_gpt2',
+           'EnumeratedLogProb', 'trained_b', 'part_b', 'part_c', 'part_margins', 'dpg_part', 'position_gate',
+           'make_claims', 'grid_point', 'real_model_claim', 'run', 'plan']
 
 # %% ../../nbs/guard/03_evaluation.ipynb #f20a16a8
 @dataclass
@@ -329,7 +329,7 @@ def part_b(V: int, T: int, p_target: float, corpus: int, prompt_boost: float, tr
             mc.append(dict(name=name, quantity=k, exact=exact_of[name][k], **v,
                            covered=(v["lo"] <= exact_of[name][k] <= v["hi"]) if defined else None))
     return dict(rows=rows, mc=mc, guard=guard, Z=rows[0]["Z"], final_train_nll=train_nll, chosen_lr=chosen,
-                best_variant=best_variant,
+                best_variant=best_variant, prompt_boost=prompt_boost,
                 tune=[dict(name=n, lr=lr, kl_g_aprime=v) for (n, lr), v in tune.items()])
 
 # %% ../../nbs/guard/03_evaluation.ipynb #64d83914
@@ -397,6 +397,21 @@ def part_c(T: int, message: str, instruction: str, keyword: str, boosts: tuple, 
 
 # %% ../../nbs/guard/03_evaluation.ipynb #b65e9bec
 LEVEL = 0.95
+# The smallest effect that matters for each claim, (delta, why), fixed before the run. The paper reports its
+# comparisons as figures (the acceptance rate against KL, position histograms), not as numbers to take half of.
+DELTAS = {
+    "C2-dpg": (0.1, "0.1 nats of KL(g||g'): by Theorem 2 (KL(g||a') = KL(g||g') - log AR) as much of the paper's "
+                    "objective as a 10% change of the acceptance rate, a tenth more or fewer draws per output; the "
+                    "paper gives the AR-KL frontier only as figures"),
+    "C2b-warm-start": (0.1, "0.1 nats of KL(g||a'), the paper's objective: by Theorem 2 worth a 10% change of the "
+                            "acceptance rate at equal distortion; the paper gives no number for the warm start's gain"),
+    "C3-position": (0.05, "a total variation of 0.05, 5% of the token's first occurrences moved to another position, "
+                          "the usual 5% tolerance for a difference between two distributions; the paper shows the "
+                          "shift as histograms (Figs. 4 and 7), not as a number"),
+    "C4-real-model": (0.1, "0.1 nats of KL(g||g'), as in C2: by Theorem 2 as much of the paper's objective as a 10% "
+                           "change of the acceptance rate; the paper gives the AR-KL frontier only as figures"),
+}
+AR_FACTOR = 10.0   # "a large factor": the DPG-based proposal's AR at least this many times Z (C2; C4 caps AR at 0.5)
 
 def part_margins(rows: list[dict], best: str, budget=None) -> dict:
     """Per seed, for the DPG-based proposal `best` (at `budget`): its AR and its margin, the lowest KL(g||g') of any
@@ -420,6 +435,43 @@ def _fmt_detail(part: dict) -> str:
         f"{k} {d[k]:+.3f}" + ("" if d["reached"].get(k, True) else " (out of reach: its strongest point)")
         for k in d if k not in ("seed", "AR", "kl", "reached")) for d in part["detail"])
 
+def _iv_text(iv: dict) -> str:
+    return f"{iv['estimate']:+.3f} [{iv['lo']:+.3f}, {iv['hi']:+.3f}]"
+
+def dpg_part(margins, ar, Z: float, delta: float, min_factor: float, where: str) -> dict:
+    """One part of C2 (or C4): the 95% interval over seeds of the margin, decided against `delta`, and of
+    log10(AR / Z), which must lie at or above log10(`min_factor`); the part's verdict is the weaker of the two."""
+    margin = mean_interval(margins, level=LEVEL, of=f"{where}: KL(g||g') of the best competitor at the DPG-based "
+                                                   f"proposal's AR minus its own, over {len(margins)} seeds")
+    factor = mean_interval(np.log10(np.asarray(ar, dtype=float) / Z), level=LEVEL,
+                           of=f"{where}: log10(AR / Z) of the DPG-based proposal, over {len(ar)} seeds")
+    v_margin, v_factor = decide(margin, delta, "higher"), decide_within(factor, low=math.log10(min_factor))
+    return dict(margin=margin, factor=factor, v_margin=v_margin, v_factor=v_factor,
+                verdict=all_of([v_margin, v_factor]), where=where, min_factor=min_factor)
+
+def _part_text(p: dict) -> str:
+    return (f"{p['where']}: margin {_iv_text(p['margin'])} ({p['v_margin'].replace('_', ' ')}), log10(AR / Z) "
+            f"{_iv_text(p['factor'])} against {math.log10(p['min_factor']):.2f} ({p['v_factor'].replace('_', ' ')})")
+
+def _weakest(parts: list[dict], key: str) -> dict:
+    "The part that sets all_of's verdict (of those, the one whose interval `key` reaches lowest)."
+    v = all_of([p["verdict"] for p in parts])
+    return min((p for p in parts if p["verdict"] == v), key=lambda p: p[key]["lo"])
+
+def position_gate(b: dict) -> dict:
+    """C3's gate: the learned prompt must have learned the instruction. The instructed text raised the token's rate by
+    `b['prompt_boost']` at every step, so the exact version of the instruction is the logit boost of that factor on the
+    same GPT-2; the total variation between the first-position distributions of the two g' is the GPT-2's learning
+    error in what C3 measures, and must not exceed C3's delta (unmeasured, when that boost is not among Part B's)."""
+    pos = lambda r: np.array(r["pos_gprime"])
+    prompt = next(r for r in b["rows"] if r["name"] == "learned prompt")
+    f = b.get("prompt_boost")
+    exact = next((r for r in b["rows"] if r.get("family") == "logit boost" and f is not None
+                  and r.get("strength") == f), None)
+    err = None if exact is None else 0.5 * float(np.abs(pos(prompt) - pos(exact)).sum())
+    return gate("learned prompt's positional error (TV of its first positions from the exact instruction boost's)",
+                err, DELTAS["C3-position"][0], "lower")
+
 def make_claims(a: dict, b: dict, c: dict | None = None) -> list[dict]:
     "The checks and claims, with verdicts computed by the rules stated at the top of the evaluation notebook."
     guard = a["guard"] + b["guard"] + (c["guard"] if c else [])
@@ -439,25 +491,26 @@ def make_claims(a: dict, b: dict, c: dict | None = None) -> list[dict]:
     B = budgets[-1]
     pa = part_margins(a["rows"], a["best_variant"], budget=B)
     pb = part_margins(b["rows"], b["best_variant"])
-    ia = mean_interval(pa["margins"], level=LEVEL, of=f"Part A: KL(g||g') of the best competitor at {pa['best']}'s AR "
-                                                        f"minus {pa['best']}'s, {B:,} samples, over {len(pa['margins'])} seeds")
-    ib = mean_interval(pb["margins"], level=LEVEL, of=f"Part B: KL(g||g') of the best competitor at {pb['best']}'s AR "
-                                                        f"minus {pb['best']}'s, over {len(pb['margins'])} seeds")
-    ok = {"A": ia["lo"] > 0 and min(pa["ar"]) >= 10 * a["Z"], "B": ib["lo"] > 0 and min(pb["ar"]) >= 10 * b["Z"]}
-    binding = min((ia, ib), key=lambda iv: iv["lo"])
+    d2, why2 = DELTAS["C2-dpg"]
+    parts = [dpg_part(pa["margins"], pa["ar"], a["Z"], d2, AR_FACTOR, f"Part A ({pa['best']}, {B:,} samples)"),
+             dpg_part(pb["margins"], pb["ar"], b["Z"], d2, AR_FACTOR, f"Part B ({pb['best']})")]
+    binding = _weakest(parts, "margin")
     smaller = [(bud, part_margins(a["rows"], a["best_variant"], budget=bud)) for bud in budgets[:-1]]
     claims.append(claim(
         "C2-dpg", "DPG-based proposals raise the acceptance rate by a large factor while distorting less than every "
         "fixed proposal (prompting, a logit boost) at the same acceptance rate, and less than SFT at equal budget.",
         f"KL(g||g') margin of the DPG-based proposal (chosen on a tuning seed) over its best competitor at its own AR, "
-        f"in the part whose interval has the lower bound (Part A judged at its largest budget, {B:,} samples)", paper=None,
-        ours=binding["estimate"], interval=binding, reproduced=ok["A"] and ok["B"], partial=ok["A"] or ok["B"],
-        rule=f"in each part (Part A at its largest budget, {B:,} samples), per seed: the DPG-based proposal's AR is at "
-             "least 10 Z, and the margin (the lowest KL(g||g') that any competitor has at that AR: each fixed family "
-             "matched to it by bisection in its strength, or its strongest point if the AR is out of its reach; SFT "
-             "at the same budget and seed) has its 95% interval above 0; reproduced if both parts agree, partial if "
-             "one part holds",
-        note=f"Part A ({pa['best']}): {_fmt_detail(pa)}. Part B ({pb['best']}): {_fmt_detail(pb)}"
+        f"in the part that sets the verdict (Part A judged at its largest budget, {B:,} samples)", paper=None,
+        ours=binding["margin"]["estimate"], interval=binding["margin"], delta=d2, delta_reason=why2, better="higher",
+        verdict=all_of([p["verdict"] for p in parts]),
+        rule=f"in each part (Part A at its largest budget, {B:,} samples), over seeds: decide(95% t interval of the "
+             f"margin, delta = {d2:g} nats) (the margin: the lowest KL(g||g') that any competitor has at the "
+             "DPG-based proposal's AR, each fixed family matched to it by bisection in its strength, or its strongest "
+             "point if the AR is out of its reach, and SFT at the same budget and seed, minus the proposal's own), and "
+             f"the 95% t interval of log10(AR / Z) at or above log10({AR_FACTOR:g}) (inside reproduced, wholly below "
+             "not reproduced, across inconclusive); the verdict is the weakest of the four (all_of)",
+        note="; ".join(_part_text(p) for p in parts)
+             + f". Part A per seed: {_fmt_detail(pa)}. Part B per seed: {_fmt_detail(pb)}"
              + "".join(f". Part A at {bud:,} samples, for the record: margins "
                        + ", ".join(f"{m:+.3f}" for m in p["margins"]) for bud, p in smaller)))
     def warm_diff(rows, budget=None):
@@ -468,32 +521,41 @@ def make_claims(a: dict, b: dict, c: dict | None = None) -> list[dict]:
         return paired_interval([w[s] for s in sorted(w)], [d[s] for s in sorted(w)], level=LEVEL,
                                of="KL(g||a') of warm-start DPG minus DPG's, paired over seeds"), diffs
     (wa, da), (wb, db) = warm_diff(a["rows"], B), warm_diff(b["rows"])
-    below = {"A": wa["hi"] < 0, "B": wb["hi"] < 0}
-    part, rec = max((("A", wa), ("B", wb)), key=lambda x: x[1]["hi"])
+    dw, whyw = DELTAS["C2b-warm-start"]
+    warm = {"A": dict(iv=wa, verdict=decide(wa, dw, "lower")), "B": dict(iv=wb, verdict=decide(wb, dw, "lower"))}
+    v_warm = all_of([p["verdict"] for p in warm.values()])
+    part = max((k for k in warm if warm[k]["verdict"] == v_warm), key=lambda k: warm[k]["iv"]["hi"])
+    rec = warm[part]["iv"]
     claims.append(claim(
         "C2b-warm-start", "Warm-start DPG (prompted SFT, then DPG) is a better proposal than DPG from the base model.",
-        f"KL(g||a') of warm-start DPG minus DPG's, paired by seed, in the part whose interval reaches higher (Part {part})",
-        paper=None, ours=rec["estimate"], baseline=0.0, interval=rec, reproduced=below["A"] and below["B"],
-        partial=below["A"] or below["B"],
-        rule="reproduced if in both parts the 95% interval of warm-start DPG's KL(g||a') minus DPG's, paired over "
-             "seeds, lies below 0; partial if in one part",
-        note=f"Part A ({B:,} samples): {wa['estimate']:+.3f} [{wa['lo']:+.3f}, {wa['hi']:+.3f}], per seed "
-             + ", ".join(f"{x:+.3f}" for x in da) + f"; Part B: {wb['estimate']:+.3f} [{wb['lo']:+.3f}, "
-             f"{wb['hi']:+.3f}], per seed " + ", ".join(f"{x:+.3f}" for x in db)))
+        f"KL(g||a') of warm-start DPG minus DPG's, paired by seed, in the part that sets the verdict (Part {part})",
+        paper=None, ours=rec["estimate"], baseline=0.0, interval=rec, delta=dw, delta_reason=whyw, better="lower",
+        verdict=v_warm,
+        rule=f"in each part (Part A at {B:,} samples): decide(95% paired t interval over seeds of warm-start DPG's "
+             f"KL(g||a') minus DPG's, delta = {dw:g} nats, lower is better); the verdict is the weaker of the two "
+             "parts (all_of)",
+        note=f"Part A ({B:,} samples): {_iv_text(wa)} ({warm['A']['verdict'].replace('_', ' ')}), per seed "
+             + ", ".join(f"{x:+.3f}" for x in da) + f"; Part B: {_iv_text(wb)} "
+             f"({warm['B']['verdict'].replace('_', ' ')}), per seed " + ", ".join(f"{x:+.3f}" for x in db)))
     pos_tv = lambda r: 0.5 * float(np.abs(np.array(r["pos_g"]) - np.array(r["pos_gprime"])).sum())
     tv_prompt = pos_tv(next(r for r in b["rows"] if r["name"] == "learned prompt"))
     tv_dpg = {r["seed"]: pos_tv(r) for r in b["rows"] if r["name"] == pb["best"] and r.get("seed") != "tune"}
     iv = paired_interval([tv_prompt] * len(tv_dpg), [tv_dpg[s] for s in sorted(tv_dpg)], level=LEVEL,
                          of=f"positional TV of the learned prompt minus {pb['best']}'s, over {pb['best']}'s seeds")
+    d3, why3 = DELTAS["C3-position"]
     claims.append(claim(
         "C3-position", "Prompting distorts where the constrained token appears, more than a DPG-trained proposal.",
         "total variation between the first-position distributions of the token under g' and g: the learned prompt "
         f"(Part B), against {pb['best']}", paper=None, ours=tv_prompt, baseline=float(np.mean(list(tv_dpg.values()))),
-        interval=iv, **decide_threshold(iv),
-        rule="reproduced if the 95% interval of the learned prompt's positional TV minus the DPG-based proposal's, "
-             "over the proposal's seeds, lies above 0; partial if its mean is above 0",
+        interval=iv, delta=d3, delta_reason=why3, better="higher", gates=[position_gate(b)],
+        rule=f"decide(95% t interval over the proposal's seeds of the learned prompt's positional TV minus the "
+             f"DPG-based proposal's, delta = {d3:g}); gate: the learned prompt's own positional error (the TV between "
+             "its first-position distribution and that of the exact instruction, the logit boost of the instructed "
+             f"text's factor on the same GPT-2) at most delta = {d3:g}, else not run",
         note="one learned prompt (one GPT-2), so the interval carries only the DPG-based proposal's seed-to-seed "
-             "spread; the positional analogue of Part A acts early by construction and is not used for this claim"))
+             "spread; the positional analogue of Part A acts early by construction and is not used for this claim"
+             + ("" if position_gate(b)["value"] is not None else "; the gate is unmeasured: the exact instruction "
+                "boost (the instructed text's factor) is not among Part B's logit boosts at this scale")))
     claims.append(real_model_claim(c))
     return claims
 
@@ -513,15 +575,19 @@ def grid_point(grid: list[tuple[float, float, float]], target_ar: float) -> dict
 
 def real_model_claim(c: dict | None) -> dict:
     "C4: C2's comparison on SmolLM2 with a keyword constraint, from Monte-Carlo estimates (not_run without Part C)."
-    rule = ("per seed, the DPG-trained LoRA proposal's estimated AR is at least min(10 Z, 0.5), and its margin (the "
-            "lowest estimated KL(g||g') of the fixed families, the logit boost and prompting plus a boost, at its AR, "
-            "read on their grids of strengths, or their strongest points out of reach, minus its own) has its 95% "
-            "interval over seeds above 0; partial if the margin's mean is above 0")
+    delta, why = DELTAS["C4-real-model"]
+    rule = (f"over seeds: decide(95% t interval of the DPG-trained LoRA proposal's margin, delta = {delta:g} nats) "
+            "(the margin: the lowest estimated KL(g||g') of the fixed families, the logit boost and prompting plus a "
+            "boost, at its AR, read on their grids of strengths, or their strongest points out of reach, minus its "
+            f"own), and the 95% t interval of log10(AR / Z) at or above log10(min({AR_FACTOR:g}, 0.5 / Z)) (AR at "
+            f"least min({AR_FACTOR:g} Z, 0.5): inside reproduced, wholly below not reproduced, across inconclusive); "
+            "the verdict is the weaker of the two (all_of); not run without an estimate on every seed")
     text = ("On a real instruction-tuned model, a DPG-trained proposal raises the acceptance rate of a keyword "
             "constraint by a large factor while distorting less than prompting and the logit boost at the same rate.")
     metric = "KL(g||g') margin of the DPG-trained LoRA proposal over its best fixed competitor at its AR (SmolLM2)"
+    common = dict(paper=None, rule=rule, delta=delta, delta_reason=why, better="higher")
     if c is None:
-        return claim("C4-real-model", text, metric, paper=None, ours=None, rule=rule, reproduced=False,
+        return claim("C4-real-model", text, metric, ours=None, **common,
                      note="Part C (SmolLM2-135M) runs in the full preset, on a GPU for minutes; its smoke run on "
                           "the CPU checks the code, not the claim")
     rows = [r for r in c["rows"] if "kl_g_gprime" in r]
@@ -530,25 +596,24 @@ def real_model_claim(c: dict | None) -> dict:
         if r["family"] in fams:
             fams[r["family"]].append((r["strength"], r["AR"], r["kl_g_gprime"]))
     dpg_rows = [r for r in c["rows"] if r["family"] == "DPG (LoRA)"]
-    margins, parts = [], []
+    margins, ars, parts = [], [], []
     for r in dpg_rows:
         if "kl_g_gprime" not in r:      # no accepted sample: no estimate, the proposal failed outright
             parts.append(f"seed {r['seed']}: AR {r['AR']:.3f}, no estimate")
             continue
         pts = {f: grid_point(g, r["AR"]) for f, g in fams.items() if g}
         margins.append(min(p["kl"] for p in pts.values()) - r["kl_g_gprime"])
+        ars.append(r["AR"])
         parts.append(f"seed {r['seed']}: AR {r['AR']:.3f} ({r['AR'] / c['Z']:.0f} x Z), KL {r['kl_g_gprime']:.3f}, "
                      + ", ".join(f"{f} at that AR {p['kl']:.3f}" + ("" if p["reached"] else " (out of reach)")
                                  for f, p in pts.items()))
     note = f"Z = {c['Z']:.4f} ({c['n_g']} valid base samples); " + "; ".join(parts)
     if len(margins) < 2 or len(margins) < len(dpg_rows):
-        return claim("C4-real-model", text, metric, paper=None, ours=None, rule=rule, reproduced=False,
+        return claim("C4-real-model", text, metric, ours=None, **common,
                      note=note + "; too few seeds with estimates to decide")
-    iv = mean_interval(margins, level=LEVEL, of="SmolLM2: KL(g||g') of the best fixed competitor at the DPG "
-                                                f"proposal's AR minus its own, over {len(margins)} seeds")
-    big = all(r["AR"] >= min(10 * c["Z"], 0.5) for r in dpg_rows)
-    return claim("C4-real-model", text, metric, paper=None, ours=iv["estimate"], interval=iv, rule=rule,
-                 reproduced=big and iv["lo"] > 0, partial=iv["estimate"] > 0, note=note)
+    p = dpg_part(margins, ars, c["Z"], delta, min(AR_FACTOR, 0.5 / c["Z"]), "SmolLM2")
+    return claim("C4-real-model", text, metric, ours=p["margin"]["estimate"], interval=p["margin"],
+                 verdict=p["verdict"], note=f"{_part_text(p)}; {note}", **common)
 
 def run(cfg: Config) -> dict:
     "Part A and Part B; returns {'a', 'b', 'claims', 'seeds', 'device'}."

@@ -10,7 +10,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from ..core.results import check, claim, paired_interval, per_seed
+from ..core.results import all_of, check, claim, decide, gate, paired_interval, per_seed
 from ..core.runtime import ScaledConfig, map_jobs, one_thread
 from .model import (MECHANISMS, TASKS, THEMES, KARERetriever, all_surfaces, binary_metrics,
                                      build_communities, build_kg, code_features, dense_retrieve, embedding_table,
@@ -22,7 +22,8 @@ PAPER = {"title": "Reasoning-Enhanced Healthcare Predictions with Knowledge Grap
          "venue": "ICLR 2025", "arxiv": "2410.04585", "code": "https://github.com/pat-jj/KARE"}
 
 # %% auto #0
-__all__ = ['PAPER', 'ARMS', 'Config', 'retrievers', 'rarity_groups', 'seed_job', 'world_checks', 'run', 'make_claims', 'plan']
+__all__ = ['PAPER', 'ARMS', 'DELTAS', 'Config', 'retrievers', 'rarity_groups', 'seed_job', 'world_checks', 'run', 'make_claims',
+           'plan']
 
 # %% ../../nbs/kare/03_evaluation.ipynb #90b4f1f0
 @dataclass
@@ -211,71 +212,95 @@ def run(cfg: Config) -> dict:
     return dict(rows=rows, seeds=seeds, claims=make_claims(rows, seeds, cfg), device="cpu")
 
 # %% ../../nbs/kare/03_evaluation.ipynb #67e98da0
+# The smallest effect that matters for each claim, fixed before any run: (delta, why). The paper's gains (10.8-15.0%
+# over the strongest baselines on MIMIC-III, 12.6-12.7% on MIMIC-IV, the metric unnamed in the abstract) come with a
+# fine-tuned LLM that reads and reasons, which this predictor does not have, so they set no size here.
+DELTAS = {
+    "C1": (0.01, "the paper's gains come with an LLM's reading and reasoning and its abstract names no metric, so "
+                 "the usual smallest gain reported in clinical prediction: one point of macro-F1 and of AUROC"),
+    "C2": (0.01, "the paper gives no number for rare codes, so the one point of AUROC that matters for C1: a gain "
+                 "larger in the rare third by less than that is not where the knowledge pays"),
+    "C3-precision": (0.02, "the paper reports no retrieval precision, so two points of precision@N, the usual "
+                           "smallest retrieval gain reported (at N = 5, one more right pick per ten patients)"),
+    "C3-redundancy": (0.05, "the paper reports no redundancy, so 0.05 of mean pairwise Jaccard (one shared node in "
+                            "twenty of two picks' union), below which the picked summaries say the same"),
+}
+DELTAS["C3-decay"] = DELTAS["C3-redundancy"]
+
+
 def make_claims(rows, seeds, cfg) -> list[dict]:
     "The claims and checks, each decided by the rule written in it from the measured rows."
     pr = [r for r in rows if r.get("kind") == "predict"]
     val = lambda metric, arm, task: per_seed(pr, seeds, metric, arm=arm, task=task)
     out = []
+    d1, why1 = DELTAS["C1"]
     for task in TASKS:
         for base in ("none", "dense"):
             ivs = {m: paired_interval(val(m, "KARE", task), val(m, base, task), method="t",
                                       of=f"{m}(KARE) - {m}({base}), {task}") for m in ("macro_f1", "auroc")}
+            parts = {m: decide(iv, d1) for m, iv in ivs.items()}
             out.append(claim(
                 f"C1-{task}-{base}", f"On {task}, KARE's retrieval raises macro-F1 and AUROC over "
                                      f"{'no retrieval' if base == 'none' else 'dense retrieval'}.",
                 "macro-F1 (AUROC in the note)", paper=None, ours=float(val("macro_f1", "KARE", task).mean()),
                 baseline=float(val("macro_f1", base, task).mean()), interval=ivs["macro_f1"],
-                rule="Paired over seeds: reproduced if the 95% t intervals of both macro-F1(KARE) - macro-F1(baseline) "
-                     "and AUROC(KARE) - AUROC(baseline) lie above 0; partial if both estimates do; otherwise not "
-                     "reproduced.",
-                reproduced=ivs["macro_f1"]["lo"] > 0 and ivs["auroc"]["lo"] > 0,
-                partial=ivs["macro_f1"]["estimate"] > 0 and ivs["auroc"]["estimate"] > 0,
-                note=f"AUROC: KARE {val('auroc', 'KARE', task).mean():.3f}, {base} {val('auroc', base, task).mean():.3f}, "
+                rule=f"Paired over seeds: decide(95% t interval of macro-F1(KARE) - macro-F1(baseline), delta = "
+                     f"{d1:g}) and decide(95% t interval of AUROC(KARE) - AUROC(baseline), delta = {d1:g}); the "
+                     "claim takes the weaker of the two verdicts.",
+                verdict=all_of(parts.values()), delta=d1, delta_reason=why1, better="higher",
+                note=f"Macro-F1 alone: {parts['macro_f1'].replace('_', ' ')}; AUROC alone: "
+                     f"{parts['auroc'].replace('_', ' ')}. AUROC: KARE {val('auroc', 'KARE', task).mean():.3f}, "
+                     f"{base} {val('auroc', base, task).mean():.3f}, "
                      f"difference {ivs['auroc']['estimate']:+.3f} [{ivs['auroc']['lo']:+.3f}, {ivs['auroc']['hi']:+.3f}]; "
                      f"the knowledge ceiling (true mechanisms) {val('auroc', 'true mechanisms', task).mean():.3f}; GRU "
                      f"{val('auroc', 'GRU', task).mean():.3f}. Paper (abstract): KARE above the strongest baselines by "
                      f"10.8-15.0% on MIMIC-III and 12.6-12.7% on MIMIC-IV (the abstract does not name the metric)."))
+    d2, why2 = DELTAS["C2"]
     for task in TASKS:
         gain = lambda g: val(f"auroc_{g}", "KARE", task) - val(f"auroc_{g}", "none", task)
-        if not (np.isfinite(gain("rare")).all() and np.isfinite(gain("common")).all()):
-            out.append(claim(f"C2-{task}", f"On {task}, KARE's gain over no retrieval is largest for patients whose "
-                                           f"risk codes are rare in training.", "AUROC gain", paper=None, ours=None,
-                             rule="Not decided: a third without a positive patient in some seed.",
-                             reproduced=False, note="Too few test patients for the thirds at this scale."))
+        both_thirds = np.isfinite(gain("rare")) & np.isfinite(gain("common"))
+        gates = [gate("seeds whose rare and common thirds both hold a positive test patient", both_thirds.sum(),
+                      len(seeds))]
+        rule = (f"Paired over seeds: decide(95% t interval of gain(rare) - gain(common), delta = {d2:g} AUROC). Gate: "
+                "in every seed both thirds hold a positive test patient (a third's AUROC is undefined otherwise).")
+        text = (f"On {task}, KARE's gain over no retrieval is largest for patients whose risk codes are rare in "
+                f"training.")
+        if not both_thirds.all():
+            out.append(claim(f"C2-{task}", text, "AUROC gain (rare third) - AUROC gain (common third)", paper=None,
+                             ours=None, rule=rule, delta=d2, delta_reason=why2, better="higher", gates=gates,
+                             note="Too few test patients for the thirds at this scale."))
             continue
         iv = paired_interval(gain("rare"), gain("common"), method="t",
                              of=f"AUROC gain over no retrieval, rare third - common third, {task}")
         out.append(claim(
-            f"C2-{task}", f"On {task}, KARE's gain over no retrieval is largest for patients whose risk codes are rare "
-                          f"in training.", "AUROC gain (rare third) - AUROC gain (common third)", paper=None,
-            ours=float(gain("rare").mean()), baseline=float(gain("common").mean()), interval=iv,
-            rule="Paired over seeds: reproduced if the 95% t interval of gain(rare) - gain(common) lies above 0; partial "
-                 "if its estimate does; otherwise not reproduced.",
-            reproduced=iv["lo"] > 0, partial=iv["estimate"] > 0,
+            f"C2-{task}", text, "AUROC gain (rare third) - AUROC gain (common third)", paper=None,
+            ours=float(gain("rare").mean()), baseline=float(gain("common").mean()), interval=iv, rule=rule,
+            delta=d2, delta_reason=why2, better="higher", gates=gates,
             note="Thirds of the test patients with a risk code, by the training count of their rarest risk code; a "
                  "third's AUROC ranks its positive patients against every test negative; ours = the rare third's "
                  "gain, baseline = the common third's."))
     both = lambda metric, arm: np.mean([val(metric, arm, t) for t in TASKS], axis=0)
     iv = paired_interval(both("precision", "KARE"), both("precision", "dense"), method="t",
                          of="precision@N(KARE) - precision@N(dense), mean of the tasks")
+    d3, why3 = DELTAS["C3-precision"]
     out.append(claim(
         "C3-precision", "KARE's picks hold the patient's risk mechanisms more often than dense retrieval's.",
         "precision@N", paper=None, ours=float(both("precision", "KARE").mean()),
         baseline=float(both("precision", "dense").mean()), interval=iv,
-        rule="Paired over seeds: reproduced if the 95% t interval of the difference lies above 0; partial if its "
-             "estimate does; otherwise not reproduced.", reproduced=iv["lo"] > 0, partial=iv["estimate"] > 0,
+        rule=f"Paired over seeds: decide(95% t interval of precision@N(KARE) - precision@N(dense), delta = {d3:g}).",
+        delta=d3, delta_reason=why3, better="higher",
         note=f"Node hits only: {both('precision', 'node hits').mean():.3f}; KARE without decay "
              f"{both('precision', 'KARE, no decay').mean():.3f}."))
     for cid, base, text in (("C3-redundancy", "dense", "less redundant than dense retrieval's"),
                             ("C3-decay", "KARE, no decay", "less redundant with the decay (beta = 0.5) than without (beta = 1)")):
         iv = paired_interval(both("redundancy", base), both("redundancy", "KARE"), method="t",
                              of=f"redundancy({base}) - redundancy(KARE), mean of the tasks")
+        d, why = DELTAS[cid]
         out.append(claim(
             cid, f"KARE's picks are {text}.", "mean pairwise Jaccard of the picks", paper=None,
             ours=float(both("redundancy", "KARE").mean()), baseline=float(both("redundancy", base).mean()), interval=iv,
-            rule="Paired over seeds: reproduced if the 95% t interval of redundancy(baseline) - redundancy(KARE) lies "
-                 "above 0; partial if its estimate does; otherwise not reproduced.",
-            reproduced=iv["lo"] > 0, partial=iv["estimate"] > 0))
+            rule=f"Paired over seeds: decide(95% t interval of redundancy(baseline) - redundancy(KARE), delta = {d:g}).",
+            delta=d, delta_reason=why, better="higher"))
     wr = [r for r in rows if r.get("kind") == "world"]
     for cid, text, key, ok, rule in (
             ("K1-loop", "The vectorised retrieval equals a literal loop of Algorithm 1.", "loop_equals_batch", all,
