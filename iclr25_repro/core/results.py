@@ -26,11 +26,11 @@ import numpy as np
 __all__ = ['KINDS', 'VERDICTS', 'CHECK_VERDICTS', 'PAPER_TESTS', 'RESULT_SCALES', 'COMMITTED_SCALES', 'BETTER', 'GATE_SCHEMA',
            'INTERVAL_SCHEMA', 'CLAIM_SCHEMA', 'CHECK_SCHEMA', 'PROVENANCE_SCHEMA', 'RESULTS_SCHEMA', 'INTERVAL_METHODS',
            'AUTO_BOOTSTRAP_MIN', 'KEY_OF', 'SCALE_ORDER', 'gate', 'gates_passed', 'decide', 'decide_within',
-           'decide_size', 'all_of', 'any_of', 'claim', 'check', 'mean_interval', 'paired_interval', 'per_seed',
-           'repo_root', 'results_path', 'environment', 'source_files', 'source_key', 'machine', 'default_command',
-           'provenance', 'is_stale', 'validate_results', 'make_results', 'save_results', 'load_results', 'fmt',
-           'fmt_interval', 'gates_text', 'delta_text', 'claims_markdown', 'committed_results', 'deciding_scale',
-           'scales_markdown']
+           'decide_size', 'all_of', 'any_of', 'claim', 'check', 'mean_interval', 'paired_interval',
+           'expected_half_width', 'per_seed', 'repo_root', 'results_path', 'environment', 'source_files', 'source_key',
+           'machine', 'default_command', 'provenance', 'is_stale', 'validate_results', 'make_results', 'save_results',
+           'load_results', 'fmt', 'fmt_interval', 'gates_text', 'delta_text', 'claims_markdown', 'committed_results',
+           'deciding_scale', 'scales_markdown']
 
 # %% ../../nbs/core/02_results.ipynb #184ab492
 KINDS = ("claim", "check")
@@ -412,6 +412,15 @@ def paired_interval(ours, baseline, *, log: bool = False, of: str | None = None,
         d, what = a - b, "ours - baseline"
     statistic = kwargs.get("statistic", "mean")
     return mean_interval(d, of=of or f"{statistic} of {what}, paired over {len(d)} replicates", **kwargs)
+
+def expected_half_width(interval: dict, n: int) -> float:
+    "The half-width a t interval would have with `n` replicates, given the spread behind `interval` (a t interval of a mean): for sizing a larger preset."
+    from scipy import stats
+    m, level = int(interval["n"]), float(interval["level"])
+    if m < 2 or n < 2:
+        raise ValueError(f"need at least 2 replicates on both sides, got {m} and {n}")
+    sd = (float(interval["hi"]) - float(interval["lo"])) / 2 * math.sqrt(m) / stats.t.ppf(0.5 + level / 2, m - 1)
+    return float(stats.t.ppf(0.5 + level / 2, n - 1) * sd / math.sqrt(n))
 
 # %% ../../nbs/core/02_results.ipynb #abb6421c
 def per_seed(rows: list[dict], seeds, metric: str, **match) -> np.ndarray:

@@ -82,12 +82,15 @@ class Config(ScaledConfig):
         "tiny": dict(n_seeds=2, max_epochs=2, n_explain=2, n_test=40, n_train=200, train_pgd_steps=2,
                      eval_pgd_steps=3, timing_repeats=1, probe_folds=2, n_workers=1),
         "ci": {},
+        # the same design with the replicates the intervals need: 10 seeds, 40 explained images a seed, early stopping
+        # (not the epoch cap) ending training
+        "laptop": dict(n_seeds=10, n_explain=40, max_epochs=60),
         "full": dict(datasets=("mnist", "fashion"), archs=("cnn", "resnet18"), train_pgd_steps=10, train_pgd_alpha=0.25,
                      eval_pgd_steps=40, max_epochs=10,
                      completions=("baseline", "probabilistic", "robust"), batch=128, n_train=20000,
                      n_test=2000, n_explain=20, time_limit=10.0, remove_frac=0.05, chunk=512, n_workers=1),
     }
-    SMOKE: ClassVar[dict] = {k: (lambda cap: lambda v: min(v, cap))(cap) for k, cap in dict(
+    SMOKE: ClassVar[dict] = {k: (lambda cap: lambda v: cap if v is None else min(v, cap))(cap) for k, cap in dict(
         n_seeds=2, max_epochs=1, n_train=24, n_test=12, batch=8, n_explain=1, train_pgd_steps=1, eval_pgd_steps=1,
         time_limit=0.2, chunk=32, ig_steps=2, timing_repeats=1, probe_folds=2, n_workers=1).items()} | {
         "max_steps": lambda v: 2}
