@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from iclr25_repro.core import cli, results, runtime, scorecard
+from iclr25_repro.core import cli, report, results, runtime, scorecard
 
 
 # --- runtime -------------------------------------------------------------------------------------
@@ -153,7 +153,7 @@ def test_gates():
     bad["claims"][0]["verdict"] = "reproduced"                    # a verdict past a failed gate is refused
     with pytest.raises(ValueError, match="passed"):
         results.validate_results(bad)
-    md = results.claims_markdown([c])
+    md = report.claims_markdown([c])
     assert "fit error 0.05 <= 0.01 (FAILED)" in md and "**not run**" in md
     with pytest.raises(ValueError, match="better"):
         results.gate("x", 1.0, 0.5, better="more")
@@ -190,12 +190,12 @@ def test_provenance_and_staleness(tmp_path):
 def test_scales_markdown_shows_committed_beside_ci(tmp_root):
     ci = results.make_results("usam", PAPER, _Cfg(device="cpu"), [_claim(0.86, half=0.02)], runtime_s=3.0)
     lap = results.make_results("usam", PAPER, _Cfg(scale="laptop", device="cpu"), [_claim(0.9)], runtime_s=900.0)
-    md = results.scales_markdown(ci, committed={"laptop": lap})
+    md = report.scales_markdown(ci, committed={"laptop": lap})
     assert "| claim | paper | delta | ci | laptop | decided by |" in md
     assert "**inconclusive**" in md and "**reproduced**" in md and md.split("\n")[2].endswith("| laptop |")
     stale = json.loads(json.dumps(lap))
     stale["provenance"]["key"] = "0" * 64
-    md = results.scales_markdown(ci, committed={"laptop": stale})
+    md = report.scales_markdown(ci, committed={"laptop": stale})
     assert "*stale*" in md and md.split("\n")[2].endswith("| ci |") and "**Stale**" in md
 
 
@@ -319,6 +319,10 @@ def test_book_cell_tags():
     cli.book_cell_tags(nb)
     assert [c["metadata"].get("tags") for c in nb["cells"]] == [
         ["remove-cell"], None, ["injected-parameters", "remove-cell"], ["hide-input"], None]
+    # an evaluation's exported code is collapsed; elsewhere (derivation, implementation) the code is the point
+    ev = lambda: {"cells": [{"cell_type": "code", "metadata": {}, "source": "#| export\ndef make_claims(rows):\n    pass"}]}
+    assert cli.book_cell_tags(ev(), collapse_exports=True)["cells"][0]["metadata"].get("tags") == ["hide-input"]
+    assert cli.book_cell_tags(ev())["cells"][0]["metadata"].get("tags") is None
 
 
 def test_chapter_discovery():

@@ -228,7 +228,7 @@ def test_evaluation_shows_every_scale(slug):
     "The claims table shows ci beside the committed laptop and full results, and the closing section says which decides."
     src = "".join("".join(c["source"]) for p in sorted((NBS / slug).glob("*evaluation*.ipynb"))
                   for c in json.loads(p.read_text())["cells"] if c["cell_type"] == "code")
-    assert "scales_markdown(" in src, f"{slug}: show the claims with core.results.scales_markdown(doc)"
+    assert "scales_markdown(" in src, f"{slug}: show the claims with core.report.scales_markdown(doc)"
     assert re.search(r"closing_section\([^)]*chapter=", src, re.S), f"{slug}: closing_section(..., chapter=slug)"
 
 

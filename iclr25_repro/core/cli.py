@@ -17,7 +17,8 @@ import sys
 import time
 from pathlib import Path
 
-from .results import RESULTS_SCHEMA, fmt_interval, make_results, repo_root, save_results
+from .results import RESULTS_SCHEMA, make_results, repo_root, save_results
+from .report import fmt_interval
 from .runtime import SCALES, Timer, pick_device, seed_everything, thread_env
 
 # %% auto #0
@@ -61,8 +62,10 @@ def _imports_only(src: str) -> bool:
 
 _CONFIG = re.compile(r"^class Config\b", re.M)
 
-def book_cell_tags(nb: dict) -> dict:
-    "Turn nbdev `#|` directives of the code cells of notebook `nb` (a dict, changed in place) into cell tags; hide imports, parameters and collapse the Config."
+_EXPORT = re.compile(r"^\s*#\|\s*export", re.M)
+
+def book_cell_tags(nb: dict, collapse_exports: bool = False) -> dict:
+    "Turn nbdev `#|` directives of the code cells of notebook `nb` (a dict, changed in place) into cell tags; hide imports and parameters, collapse the Config (and, with `collapse_exports`, every exported cell)."
     for cell in nb["cells"]:
         if cell["cell_type"] != "code":
             continue
@@ -75,10 +78,11 @@ def book_cell_tags(nb: dict) -> dict:
             elif m.group(1).lower() in _TAGS:
                 tags.append(_TAGS[m.group(1).lower()])
         code = "\n".join(kept)
+        exported = _EXPORT.search(src) is not None
         old = cell.get("metadata", {}).get("tags", [])
         if not code.strip() or _imports_only(code) or {"parameters", "injected-parameters"} & set(old):
             tags.append("remove-cell")
-        elif _CONFIG.search(code):
+        elif _CONFIG.search(code) or (collapse_exports and exported):
             tags.append("hide-input")
         cell["source"] = "\n".join(kept).strip("\n")
         if tags:
@@ -121,7 +125,7 @@ def execute_notebook(path: Path, slug: str, scale: str = "ci", device: str = "au
     if error is None:
         nb = nbformat.read(tmp, as_version=4)
         out.parent.mkdir(parents=True, exist_ok=True)
-        nbformat.write(nbformat.from_dict(book_cell_tags(nb)), out)
+        nbformat.write(nbformat.from_dict(book_cell_tags(nb, collapse_exports="evaluation" in path.stem)), out)
         failed.unlink(missing_ok=True)
         tmp.unlink()
     else:

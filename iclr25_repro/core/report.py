@@ -8,11 +8,130 @@ from __future__ import annotations
 import string
 from collections import Counter
 
-from .results import (CHECK_VERDICTS, SCALE_ORDER, VERDICTS, committed_results, deciding_scale,
-                                       delta_text, fmt, fmt_interval, gates_text, is_stale)
+from pathlib import Path
+
+from .results import (CHECK_VERDICTS, COMMITTED_SCALES, SCALE_ORDER, VERDICTS, committed_results,
+                                       deciding_scale, is_stale)
 
 # %% auto #0
-__all__ = ['Md', 'say', 'verdict_words', 'claim_sentence', 'closing_section']
+__all__ = ['fmt', 'fmt_interval', 'gates_text', 'delta_text', 'claims_markdown', 'scales_markdown', 'Md', 'say', 'verdict_words',
+           'claim_sentence', 'closing_section']
+
+# %% ../../nbs/core/07_report.ipynb #c1a2b3d5
+def fmt(x, digits: int = 3) -> str:
+    "A number for a table: '—' for None, up to `digits` significant digits otherwise."
+    if x is None:
+        return "—"
+    if isinstance(x, float) and (abs(x) >= 1e5 or (x != 0 and abs(x) < 1e-3)):
+        return f"{x:.{digits - 1}e}"
+    return f"{x:.{digits}g}" if isinstance(x, float) else str(x)
+
+def fmt_interval(interval, digits: int = 3) -> str:
+    "'est [lo, hi]' for an interval dict, '[lo, hi]' for a pair, '—' for None."
+    if interval is None:
+        return "—"
+    if isinstance(interval, dict):
+        return f"{fmt(interval['estimate'], digits)} [{fmt(interval['lo'], digits)}, {fmt(interval['hi'], digits)}]"
+    return f"[{fmt(float(interval[0]), digits)}, {fmt(float(interval[1]), digits)}]"
+
+def _with_interval(x, pair) -> str:
+    return fmt(x) if pair is None else f"{fmt(x)} {fmt_interval(pair)}"
+
+def gates_text(gates) -> str:
+    "'name value >= threshold (passed)' for each gate, '—' for none."
+    if not gates:
+        return "—"
+    sign = {"higher": ">=", "lower": "<="}
+    return "; ".join(f"{g['name']} {fmt(g['value'])} {sign[g['better']]} {fmt(g['threshold'])} "
+                     f"({'passed' if g['passed'] else 'FAILED'})" for g in gates)
+
+def delta_text(c: dict) -> str:
+    "The smallest effect that matters as the rule uses it: delta (and the direction when lower is better), a band, or '—'."
+    if c.get("band"):
+        lo, hi = c["band"]
+        return f"within [{fmt(lo) if lo is not None else '-inf'}, {fmt(hi) if hi is not None else 'inf'}]"
+    if c.get("delta") is None:
+        return "—"
+    return fmt(c["delta"]) + (" (lower is better)" if c.get("better") == "lower" else "")
+
+def _esc(x) -> str:
+    return str(x).replace("|", "\\|").replace("\n", " ")
+
+def claims_markdown(claims: list[dict]) -> str:
+    "Markdown tables of a run's records: the claims (paper vs ours vs baseline, the interval, delta, gates, the verdict), then the checks."
+    rows = ["| claim | paper | ours | baseline | interval the rule uses | delta | gates | verdict |",
+            "|---|---|---|---|---|---|---|---|"]
+    checks = ["| check | measured | verdict |", "|---|---|---|"]
+    rules = []
+    for c in claims:
+        if c.get("kind") == "check":
+            checks.append("| " + " | ".join(_esc(x) for x in [f"**{c['id']}**: {c['claim']}", f"{fmt(c['ours'])} ({c['metric']})",
+                                                              f"**{c['verdict']}**"]) + " |")
+            continue
+        iv = c.get("interval")
+        paper = fmt(c["paper"]) + (f" ({c['paper_tests']})" if c.get("paper_tests") else "")
+        cells = [f"**{c['id']}**: {c['claim']} (*{c['metric']}*)", paper, _with_interval(c["ours"], c.get("ours_interval")),
+                 _with_interval(c["baseline"], c.get("baseline_interval")),
+                 "—" if iv is None else fmt_interval(iv), delta_text(c), gates_text(c.get("gates")),
+                 f"**{c['verdict'].replace('_', ' ')}**"]
+        rows.append("| " + " | ".join(_esc(x) for x in cells) + " |")
+        where = "" if iv is None else (f" Interval: {iv['of']}, {iv['level']:.0%} {iv['method']}, "
+                                       f"{iv['n']} replicates.")
+        why = f" Delta: {c['delta_reason'].rstrip('.')}." if c.get("delta_reason") else ""
+        rules.append(f"- **{c['id']}** rule: {c['rule'].rstrip('.')}.{where}{why}" + (f" Note: {c['note']}" if c.get("note") else ""))
+    parts = []
+    if len(rows) > 2:
+        parts += ["\n".join(rows), "", "\n".join(rules)]
+    if len(checks) > 2:
+        parts += ["", "\n".join(checks)]
+    return "\n".join(parts)
+
+def _cell(c: dict | None, stale: bool) -> str:
+    if c is None:
+        return "—"
+    iv = c.get("interval")
+    text = f"**{c['verdict'].replace('_', ' ')}**" + ("" if iv is None else f" {fmt_interval(iv)}")
+    failed = [g for g in c.get("gates") or [] if not g["passed"]]
+    if failed:
+        text += " (gate: " + gates_text(failed) + ")"
+    return text + (" *stale*" if stale else "")
+
+def scales_markdown(doc: dict, root: str | Path | None = None, committed: dict[str, dict] | None = None) -> str:
+    "The claims of run `doc` beside the committed laptop and full results of its chapter: one verdict column per scale and the scale that decides."
+    slug = doc["chapter"]
+    others = committed_results(slug, root) if committed is None else committed
+    runs = {**{s: d for s, d in others.items() if s != doc["scale"]}, doc["scale"]: doc}
+    scales = [s for s in (*SCALE_ORDER, "tiny") if s in runs]
+    stale = {s for s, d in runs.items() if s in COMMITTED_SCALES and d is not doc and is_stale(d, root)}
+    by_id: dict[str, dict[str, dict]] = {}
+    for s in scales:
+        for c in runs[s]["claims"]:
+            if c.get("kind") == "claim":
+                by_id.setdefault(c["id"], {})[s] = c
+    head = ["claim", "paper", "delta", *scales, "decided by"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for cid, by in by_id.items():
+        first = by.get(doc["scale"]) or next(iter(by.values()))
+        paper = fmt(first["paper"]) + (f" ({first['paper_tests']})" if first.get("paper_tests") else "")
+        cells = [f"**{cid}**: {first['claim']}", paper, delta_text(first),
+                 *(_cell(by.get(s), s in stale) for s in scales), deciding_scale(by, stale) or "—"]
+        lines.append("| " + " | ".join(_esc(x) for x in cells) + " |")
+    notes = []
+    for s in scales:
+        if s == doc["scale"]:
+            continue
+        d = runs[s]
+        prov = d.get("provenance") or {}
+        m = prov.get("machine") or {}
+        notes.append(f"- **{s}**: `{prov.get('command', '?')}`, {d['runtime_s']:.0f} s on {d['device']}"
+                     + (f" ({m.get('cores')} cores, {m.get('torch_threads')} torch threads)" if m else "")
+                     + f", commit {prov.get('git_sha') or d['env'].get('git_sha')}, {d['env']['utc']}"
+                     + (". **Stale**: the chapter's code changed since this run (its provenance key no longer matches); "
+                        "it decides nothing until it is run again." if s in stale else "."))
+    if not [s for s in scales if s != doc["scale"]]:
+        notes.append(f"- No laptop or full result of {slug} is committed yet: every verdict above is from this run "
+                     f"(scale {doc['scale']}).")
+    return "\n".join(lines) + "\n\n" + "\n".join(notes) + "\n"
 
 # %% ../../nbs/core/07_report.ipynb #34ab6f18
 class Md(str):

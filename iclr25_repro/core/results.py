@@ -25,12 +25,11 @@ import numpy as np
 # %% auto #0
 __all__ = ['KINDS', 'VERDICTS', 'CHECK_VERDICTS', 'PAPER_TESTS', 'RESULT_SCALES', 'COMMITTED_SCALES', 'BETTER', 'GATE_SCHEMA',
            'INTERVAL_SCHEMA', 'CLAIM_SCHEMA', 'CHECK_SCHEMA', 'PROVENANCE_SCHEMA', 'RESULTS_SCHEMA', 'INTERVAL_METHODS',
-           'AUTO_BOOTSTRAP_MIN', 'KEY_OF', 'SCALE_ORDER', 'gate', 'gates_passed', 'decide', 'decide_within',
-           'decide_size', 'all_of', 'any_of', 'claim', 'check', 'mean_interval', 'paired_interval',
+           'AUTO_BOOTSTRAP_MIN', 'PRESENTATION', 'KEY_OF', 'SCALE_ORDER', 'gate', 'gates_passed', 'decide',
+           'decide_within', 'decide_size', 'all_of', 'any_of', 'claim', 'check', 'mean_interval', 'paired_interval',
            'expected_half_width', 'per_seed', 'repo_root', 'results_path', 'environment', 'source_files', 'source_key',
            'machine', 'default_command', 'provenance', 'is_stale', 'validate_results', 'make_results', 'save_results',
-           'load_results', 'fmt', 'fmt_interval', 'gates_text', 'delta_text', 'claims_markdown', 'committed_results',
-           'deciding_scale', 'scales_markdown']
+           'load_results', 'committed_results', 'deciding_scale']
 
 # %% ../../nbs/core/02_results.ipynb #184ab492
 KINDS = ("claim", "check")
@@ -476,9 +475,10 @@ def environment(root: str | Path | None = None) -> dict[str, str | None]:
     return {"python": platform.python_version(), "torch": torch.__version__, "transformers": _version("transformers"),
             "git_sha": _git_sha(repo_root(root)), "utc": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")}
 _BOOK_REF = re.compile(r"iclr25_repro\.([a-z][a-z0-9_]*)(?:\.([a-z][a-z0-9_]*))?|from \.\.([a-z][a-z0-9_]*)(?: import| *\.([a-z][a-z0-9_]*))")
+PRESENTATION = ("report", "scorecard", "plotting", "cli")   # core modules that show numbers and never make them
 KEY_OF = ("SHA-256 over the code the numbers came from: the chapter's package iclr25_repro/<slug>/, every other chapter "
           "package its code imports, and the modules of iclr25_repro/core it imports (runtime and results always); not "
-          "the notebooks' prose, nor core's presentation modules (report, scorecard, plotting, cli) unless imported")
+          "the notebooks' prose, nor core's presentation modules (report, scorecard, plotting, cli)")
 
 def _package_dir(slug: str, root=None) -> Path:
     "The iclr25_repro package under the repository root, or (a scratch root, as in tests) the one this process imports."
@@ -497,7 +497,7 @@ def source_files(slug: str, root: str | Path | None = None) -> list[Path]:
         for a, a_sub, b, b_sub in _BOOK_REF.findall(text):
             name, sub = (a, a_sub) if a else (b, b_sub)
             if name == "core":
-                new = [pkg / "core" / f"{sub}.py"] if sub else []
+                new = [pkg / "core" / f"{sub}.py"] if sub and sub not in PRESENTATION else []
             else:
                 new = sorted(p for p in (pkg / name).rglob("*.py") if "__pycache__" not in p.parts) \
                     if (pkg / name).is_dir() else []
@@ -618,74 +618,6 @@ def load_results(path: str | Path) -> dict:
     return validate_results(json.loads(Path(path).read_text(encoding="utf-8")))
 
 # %% ../../nbs/core/02_results.ipynb #6d4e7eb4
-def fmt(x, digits: int = 3) -> str:
-    "A number for a table: '—' for None, up to `digits` significant digits otherwise."
-    if x is None:
-        return "—"
-    if isinstance(x, float) and (abs(x) >= 1e5 or (x != 0 and abs(x) < 1e-3)):
-        return f"{x:.{digits - 1}e}"
-    return f"{x:.{digits}g}" if isinstance(x, float) else str(x)
-
-def fmt_interval(interval, digits: int = 3) -> str:
-    "'est [lo, hi]' for an interval dict, '[lo, hi]' for a pair, '—' for None."
-    if interval is None:
-        return "—"
-    if isinstance(interval, dict):
-        return f"{fmt(interval['estimate'], digits)} [{fmt(interval['lo'], digits)}, {fmt(interval['hi'], digits)}]"
-    return f"[{fmt(float(interval[0]), digits)}, {fmt(float(interval[1]), digits)}]"
-
-def _with_interval(x, pair) -> str:
-    return fmt(x) if pair is None else f"{fmt(x)} {fmt_interval(pair)}"
-
-def gates_text(gates) -> str:
-    "'name value >= threshold (passed)' for each gate, '—' for none."
-    if not gates:
-        return "—"
-    sign = {"higher": ">=", "lower": "<="}
-    return "; ".join(f"{g['name']} {fmt(g['value'])} {sign[g['better']]} {fmt(g['threshold'])} "
-                     f"({'passed' if g['passed'] else 'FAILED'})" for g in gates)
-
-def delta_text(c: dict) -> str:
-    "The smallest effect that matters as the rule uses it: '>= delta' (or '<= -delta'), a band, or '—'."
-    if c.get("band"):
-        lo, hi = c["band"]
-        return f"within [{fmt(lo) if lo is not None else '-inf'}, {fmt(hi) if hi is not None else 'inf'}]"
-    if c.get("delta") is None:
-        return "—"
-    return f"{'-' if c.get('better') == 'lower' else ''}{fmt(c['delta'])}"
-
-def _esc(x) -> str:
-    return str(x).replace("|", "\\|").replace("\n", " ")
-
-def claims_markdown(claims: list[dict]) -> str:
-    "Markdown tables of a run's records: the claims (paper vs ours vs baseline, the interval, delta, gates, the verdict), then the checks."
-    rows = ["| claim | paper | ours | baseline | interval the rule uses | delta | gates | verdict |",
-            "|---|---|---|---|---|---|---|---|"]
-    checks = ["| check | measured | verdict |", "|---|---|---|"]
-    rules = []
-    for c in claims:
-        if c.get("kind") == "check":
-            checks.append("| " + " | ".join(_esc(x) for x in [f"**{c['id']}**: {c['claim']}", f"{fmt(c['ours'])} ({c['metric']})",
-                                                              f"**{c['verdict']}**"]) + " |")
-            continue
-        iv = c.get("interval")
-        paper = fmt(c["paper"]) + (f" ({c['paper_tests']})" if c.get("paper_tests") else "")
-        cells = [f"**{c['id']}**: {c['claim']} (*{c['metric']}*)", paper, _with_interval(c["ours"], c.get("ours_interval")),
-                 _with_interval(c["baseline"], c.get("baseline_interval")),
-                 "—" if iv is None else fmt_interval(iv), delta_text(c), gates_text(c.get("gates")),
-                 f"**{c['verdict'].replace('_', ' ')}**"]
-        rows.append("| " + " | ".join(_esc(x) for x in cells) + " |")
-        where = "" if iv is None else (f" Interval: {iv['of']}, {iv['level']:.0%} {iv['method']}, "
-                                       f"{iv['n']} replicates.")
-        why = f" Delta: {c['delta_reason'].rstrip('.')}." if c.get("delta_reason") else ""
-        rules.append(f"- **{c['id']}** rule: {c['rule'].rstrip('.')}.{where}{why}" + (f" Note: {c['note']}" if c.get("note") else ""))
-    parts = []
-    if len(rows) > 2:
-        parts += ["\n".join(rows), "", "\n".join(rules)]
-    if len(checks) > 2:
-        parts += ["", "\n".join(checks)]
-    return "\n".join(parts)
-
 SCALE_ORDER = ("ci", "laptop", "full")   # the deciding scale is the largest that ran, stale results excluded
 
 def committed_results(slug: str, root: str | Path | None = None) -> dict[str, dict]:
@@ -705,50 +637,3 @@ def deciding_scale(by_scale: dict[str, dict], stale=()) -> str | None:
     ran = [s for s in SCALE_ORDER if s in by_scale and s not in stale]
     decided = [s for s in ran if by_scale[s]["verdict"] != "not_run"]
     return (decided or ran or [None])[-1]
-
-def _cell(c: dict | None, stale: bool) -> str:
-    if c is None:
-        return "—"
-    iv = c.get("interval")
-    text = f"**{c['verdict'].replace('_', ' ')}**" + ("" if iv is None else f" {fmt_interval(iv)}")
-    failed = [g for g in c.get("gates") or [] if not g["passed"]]
-    if failed:
-        text += " (gate: " + gates_text(failed) + ")"
-    return text + (" *stale*" if stale else "")
-
-def scales_markdown(doc: dict, root: str | Path | None = None, committed: dict[str, dict] | None = None) -> str:
-    "The claims of run `doc` beside the committed laptop and full results of its chapter: one verdict column per scale and the scale that decides."
-    slug = doc["chapter"]
-    others = committed_results(slug, root) if committed is None else committed
-    runs = {**{s: d for s, d in others.items() if s != doc["scale"]}, doc["scale"]: doc}
-    scales = [s for s in (*SCALE_ORDER, "tiny") if s in runs]
-    stale = {s for s, d in runs.items() if s in COMMITTED_SCALES and d is not doc and is_stale(d, root)}
-    by_id: dict[str, dict[str, dict]] = {}
-    for s in scales:
-        for c in runs[s]["claims"]:
-            if c.get("kind") == "claim":
-                by_id.setdefault(c["id"], {})[s] = c
-    head = ["claim", "paper", "delta", *scales, "decided by"]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for cid, by in by_id.items():
-        first = by.get(doc["scale"]) or next(iter(by.values()))
-        paper = fmt(first["paper"]) + (f" ({first['paper_tests']})" if first.get("paper_tests") else "")
-        cells = [f"**{cid}**: {first['claim']}", paper, delta_text(first),
-                 *(_cell(by.get(s), s in stale) for s in scales), deciding_scale(by, stale) or "—"]
-        lines.append("| " + " | ".join(_esc(x) for x in cells) + " |")
-    notes = []
-    for s in scales:
-        if s == doc["scale"]:
-            continue
-        d = runs[s]
-        prov = d.get("provenance") or {}
-        m = prov.get("machine") or {}
-        notes.append(f"- **{s}**: `{prov.get('command', '?')}`, {d['runtime_s']:.0f} s on {d['device']}"
-                     + (f" ({m.get('cores')} cores, {m.get('torch_threads')} torch threads)" if m else "")
-                     + f", commit {prov.get('git_sha') or d['env'].get('git_sha')}, {d['env']['utc']}"
-                     + (". **Stale**: the chapter's code changed since this run (its provenance key no longer matches); "
-                        "it decides nothing until it is run again." if s in stale else "."))
-    if not [s for s in scales if s != doc["scale"]]:
-        notes.append(f"- No laptop or full result of {slug} is committed yet: every verdict above is from this run "
-                     f"(scale {doc['scale']}).")
-    return "\n".join(lines) + "\n\n" + "\n".join(notes) + "\n"

@@ -10,9 +10,9 @@ import re
 from collections import Counter
 from pathlib import Path
 
-from .results import (CHECK_VERDICTS, COMMITTED_SCALES, RESULT_SCALES, VERDICTS, delta_text,
-                                       deciding_scale, fmt, fmt_interval, gates_text, is_stale, load_results,
-                                       repo_root)
+from .results import (CHECK_VERDICTS, COMMITTED_SCALES, RESULT_SCALES, VERDICTS, deciding_scale,
+                                       is_stale, load_results, repo_root)
+from .report import delta_text, fmt, fmt_interval, gates_text
 
 # %% auto #0
 __all__ = ['SCORECARD_SCALES', 'VERDICT_COLORS', 'SCALE_MARKERS', 'BASELINE_COLOR', 'toc_order', 'collect_results',

@@ -17,8 +17,8 @@ from typing import Callable, ClassVar
 import numpy as np
 import sympy as sp
 
-from ..core.results import (all_of, check, claim, decide, decide_within, fmt, fmt_interval, mean_interval,
-                                      paired_interval)
+from ..core.results import all_of, check, claim, decide, decide_within, mean_interval, paired_interval
+from ..core.report import fmt, fmt_interval
 from ..core.runtime import ScaledConfig, map_jobs, one_thread, workers_device
 
 # %% auto #0
