@@ -17,7 +17,7 @@ MATHJAX_VERSION := 3.2.2
 STAMP := $(VENV)/.installed
 MATHJAX := book/_assets/mathjax/tex-svg.js
 
-.PHONY: all venv mathjax export run html book chapter check-clean pytest test clean
+.PHONY: all venv mathjax export run html book chapter check-clean pytest test clean laptop full
 all: book
 
 # The environment: pinned where tools break without pins (constraints.txt), loose elsewhere (settings.ini); the
@@ -74,6 +74,23 @@ pytest: venv
 	$(BIN)/python -m pytest tests
 
 test: check-clean book pytest
+
+# The laptop preset of every chapter that has one (or CH=<slug>), one after another on this machine's cores; each
+# writes book/results/<slug>/laptop.json, to be committed.
+laptop: export
+	@chs="$(CH)"; [ -n "$$chs" ] || chs=$$($(BIN)/python -c "from iclr25_repro.core.cli import chapters_with_preset; print(' '.join(chapters_with_preset('laptop')))"); \
+	 for s in $$chs; do echo "== $$s (laptop)"; $(BIN)/python -m iclr25_repro experiment $$s --scale laptop --seed $(SEED) || exit 1; done
+
+# On a GPU machine, which has torch but no Jupyter, papermill or network: every chapter's full preset, one after
+# another, with the machine's own python (FULL_PYTHON), without the virtual environment. Each writes
+# book/results/<slug>/full.json, to be committed; a failed chapter is reported and the others still run.
+FULL_PYTHON ?= python3
+full:
+	@failed=""; chs="$(CH)"; [ -n "$$chs" ] || chs=$$($(FULL_PYTHON) -c "from iclr25_repro.core.cli import chapters_with_preset; print(' '.join(chapters_with_preset('full')))"); \
+	 start=$$(date +%s); for s in $$chs; do t0=$$(date +%s); echo "== $$s (full)"; \
+	   $(FULL_PYTHON) -m iclr25_repro experiment $$s --scale full --device $(if $(filter auto,$(DEVICE)),cuda,$(DEVICE)) --seed $(SEED) || failed="$$failed $$s"; \
+	   echo "   $$s: $$(( $$(date +%s) - t0 )) s"; done; \
+	 echo "== make full: $$(( $$(date +%s) - start )) s in all"; [ -z "$$failed" ] || { echo "failed:$$failed"; exit 1; }
 
 clean:
 	rm -rf book/_build .cache/running .cache/failed

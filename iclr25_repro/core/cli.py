@@ -25,8 +25,8 @@ from .runtime import SCALES, Timer, pick_device, seed_everything, thread_env
 __all__ = ['KERNEL_ENV', 'CI_BUDGET_S', 'DEFAULT_JOBS', 'BUDGET_S', 'chapter_slugs', 'chapter_notebooks', 'book_cell_tags',
            'has_parameters_cell', 'execute_notebook', 'chapter_inputs', 'installed_versions', 'chapter_key',
            'cached_rows', 'store_cache', 'run_chapter', 'run_book', 'format_timings', 'record_run', 'experiment_module',
-           'run_experiment', 'plan_units', 'estimate_wall', 'dry_run', 'build_book', 'strip_outputs', 'package_init',
-           'write_package_inits', 'check_clean', 'main']
+           'chapters_with_preset', 'run_experiment', 'plan_units', 'estimate_wall', 'dry_run', 'build_book',
+           'strip_outputs', 'package_init', 'write_package_inits', 'check_clean', 'main']
 
 # %% ../../nbs/core/05_cli.ipynb #0b3f44f8
 def _visible(p: Path) -> bool:
@@ -343,6 +343,19 @@ def experiment_module(slug: str):
         return importlib.import_module(f"iclr25_repro.{slug}.experiment")
     except ModuleNotFoundError as e:
         raise ValueError(f"no experiment module for chapter {slug!r} ({e})") from e
+
+def chapters_with_preset(scale: str, root: str | Path | None = None) -> list[str]:
+    "The chapters whose `experiment.Config` has a `scale` preset (a chapter whose module fails to import is listed, so that its run fails loudly)."
+    out = []
+    for slug in chapter_slugs(root):
+        if slug == "core" or not (repo_root(root) / "iclr25_repro" / slug / "experiment.py").is_file():
+            continue
+        try:
+            if scale in experiment_module(slug).Config.PRESETS:
+                out.append(slug)
+        except Exception:   # a missing library on a GPU box: keep it, `experiment` then says what is missing
+            out.append(slug)
+    return out
 
 def run_experiment(slug: str, scale: str = "full", device: str = "auto", seed: int = 0,
                    root: str | Path | None = None, smoke: bool = False) -> dict:
