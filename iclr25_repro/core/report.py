@@ -14,8 +14,8 @@ from .results import (CHECK_VERDICTS, COMMITTED_SCALES, SCALE_ORDER, VERDICTS, c
                                        deciding_scale, is_stale)
 
 # %% auto #0
-__all__ = ['fmt', 'fmt_interval', 'gates_text', 'delta_text', 'claims_markdown', 'scales_markdown', 'Md', 'say', 'verdict_words',
-           'claim_sentence', 'closing_section']
+__all__ = ['fmt', 'fmt_interval', 'gates_text', 'delta_text', 'claims_markdown', 'verdict_cell', 'scales_markdown', 'Md', 'say',
+           'verdict_words', 'claim_sentence', 'closing_section']
 
 # %% ../../nbs/core/07_report.ipynb #c1a2b3d5
 def fmt(x, digits: int = 3) -> str:
@@ -86,14 +86,15 @@ def claims_markdown(claims: list[dict]) -> str:
         parts += ["", "\n".join(checks)]
     return "\n".join(parts)
 
-def _cell(c: dict | None, stale: bool) -> str:
+def verdict_cell(c: dict | None, stale: bool = False) -> str:
+    "One scale's verdict of a claim for a table: the verdict, its interval, any failed gate, and a stale mark."
     if c is None:
         return "—"
     iv = c.get("interval")
     text = f"**{c['verdict'].replace('_', ' ')}**" + ("" if iv is None else f" {fmt_interval(iv)}")
     failed = [g for g in c.get("gates") or [] if not g["passed"]]
     if failed:
-        text += " (gate: " + gates_text(failed) + ")"
+        text += f" (gate {gates_text(failed)})"
     return text + (" *stale*" if stale else "")
 
 def scales_markdown(doc: dict, root: str | Path | None = None, committed: dict[str, dict] | None = None) -> str:
@@ -114,7 +115,7 @@ def scales_markdown(doc: dict, root: str | Path | None = None, committed: dict[s
         first = by.get(doc["scale"]) or next(iter(by.values()))
         paper = fmt(first["paper"]) + (f" ({first['paper_tests']})" if first.get("paper_tests") else "")
         cells = [f"**{cid}**: {first['claim']}", paper, delta_text(first),
-                 *(_cell(by.get(s), s in stale) for s in scales), deciding_scale(by, stale) or "—"]
+                 *(verdict_cell(by.get(s), s in stale) for s in scales), deciding_scale(by, stale) or "—"]
         lines.append("| " + " | ".join(_esc(x) for x in cells) + " |")
     notes = []
     for s in scales:

@@ -257,25 +257,22 @@ def decide_size(interval: dict, target: float, tol: float) -> str:
 
 _STRENGTH = {"not_run": 0, "not_reproduced": 1, "inconclusive": 2, "partial": 3, "reproduced": 4}
 
-def all_of(verdicts) -> str:
-    "A claim that must hold in every part (world, data set, size): the weakest part's verdict (not_run < not_reproduced < inconclusive < partial < reproduced)."
+def _parts(verdicts, name: str) -> list[str]:
     verdicts = list(verdicts)
     if not verdicts:
-        raise ValueError("all_of needs at least one verdict")
+        raise ValueError(f"{name} needs at least one verdict")
     for v in verdicts:
         if v not in VERDICTS:
             raise ValueError(f"unknown verdict {v!r}; expected one of {VERDICTS}")
-    return min(verdicts, key=_STRENGTH.__getitem__)
+    return verdicts
+
+def all_of(verdicts) -> str:
+    "A claim that must hold in every part (world, data set, size): the weakest part's verdict (not_run < not_reproduced < inconclusive < partial < reproduced)."
+    return min(_parts(verdicts, "all_of"), key=_STRENGTH.__getitem__)
 
 def any_of(verdicts) -> str:
     "A claim that holds if one part shows it (stated before the run): the strongest part's verdict."
-    verdicts = list(verdicts)
-    if not verdicts:
-        raise ValueError("any_of needs at least one verdict")
-    for v in verdicts:
-        if v not in VERDICTS:
-            raise ValueError(f"unknown verdict {v!r}; expected one of {VERDICTS}")
-    return max(verdicts, key=_STRENGTH.__getitem__)
+    return max(_parts(verdicts, "any_of"), key=_STRENGTH.__getitem__)
 
 def claim(id: str, claim: str, metric: str, *, paper, ours, rule: str, interval: dict | None = None,
           delta: float | None = None, delta_reason: str = "", better: str | None = "higher", band=None,

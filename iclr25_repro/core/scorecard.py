@@ -12,7 +12,7 @@ from pathlib import Path
 
 from .results import (CHECK_VERDICTS, COMMITTED_SCALES, RESULT_SCALES, VERDICTS, deciding_scale,
                                        is_stale, load_results, repo_root)
-from .report import delta_text, fmt, fmt_interval, gates_text
+from .report import delta_text, fmt, fmt_interval, gates_text, verdict_cell
 
 # %% auto #0
 __all__ = ['SCORECARD_SCALES', 'VERDICT_COLORS', 'SCALE_MARKERS', 'BASELINE_COLOR', 'toc_order', 'collect_results',
@@ -172,16 +172,6 @@ def _by_id(runs: dict, kind: str) -> dict[str, dict[str, dict]]:
                 out.setdefault(c["id"], {})[scale] = c
     return out
 
-def _verdict_cell(c: dict | None, stale: bool) -> str:
-    if c is None:
-        return "—"
-    iv = c.get("interval")
-    text = f"**{c['verdict'].replace('_', ' ')}**" + ("" if iv is None else f" {fmt_interval(iv)}")
-    failed = [g for g in c.get("gates") or [] if not g["passed"]]
-    if failed:
-        text += f" (gate {gates_text(failed)})"
-    return text + (" *stale*" if stale else "")
-
 def _chapter_section(slug: str, runs: dict, stale: set = frozenset()) -> list[str]:
     scales = [s for s in SCORECARD_SCALES if s in runs]
     lines = ["", f"## {slug}", ""]
@@ -194,7 +184,7 @@ def _chapter_section(slug: str, runs: dict, stale: set = frozenset()) -> list[st
             first = by.get("ci") or next(iter(by.values()))
             paper = fmt(first["paper"]) + (f" ({first['paper_tests']})" if first.get("paper_tests") else "")
             cells = [f"**{cid}**: {first['claim']}", paper, delta_text(first),
-                     *(_verdict_cell(by.get(s), s in stale) for s in scales), deciding_scale(by, stale) or "—"]
+                     *(verdict_cell(by.get(s), s in stale) for s in scales), deciding_scale(by, stale) or "—"]
             lines.append("| " + " | ".join(_esc(x) for x in cells) + " |")
             for s in scales:
                 c = by.get(s)
