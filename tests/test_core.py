@@ -689,3 +689,16 @@ def test_smoke_and_dry_run(tmp_root, capsys):
     assert "usam at scale full" in plan and "(* differs from ci)" in plan
     with pytest.raises(ValueError, match="SMOKE is empty"):
         _Cfg.preset("full", smoke=True)
+
+
+def test_dry_run_reports_a_current_committed_run():
+    "Where a committed result of the same scale ran this very code, --dry-run prints its wall time; a stale one never."
+    from iclr25_repro.core.results import committed_results, is_stale
+    for slug in ("sst", "ross"):
+        done = committed_results(slug).get("laptop")
+        text = cli.dry_run(slug, "laptop", measure=False)
+        if done is None or is_stale(done):
+            assert "measured:" not in text
+        else:
+            assert f"measured: the committed laptop run of this code took {float(done['runtime_s']):.0f} s" in text
+            assert ("OVER the 1200 s budget" in text.splitlines()[-1]) == (float(done["runtime_s"]) > 1200)

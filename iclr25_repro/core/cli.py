@@ -17,7 +17,7 @@ import sys
 import time
 from pathlib import Path
 
-from .results import RESULTS_SCHEMA, make_results, repo_root, save_results
+from .results import RESULTS_SCHEMA, committed_results, is_stale, make_results, repo_root, save_results
 from .report import fmt_interval
 from .runtime import SCALES, Timer, pick_device, seed_everything, thread_env
 
@@ -439,6 +439,12 @@ def dry_run(slug: str, scale: str = "full", device: str = "auto", seed: int = 0,
             over = est["seconds"] > budget
             lines += ["", f"work: {est['units']:.3g} units; estimated wall time {est['seconds']:.0f} s at {est['assumes']}"
                       + (f"; OVER the {budget:.0f} s budget: cut the preset" if over else f"; budget {budget:.0f} s")]
+        done = committed_results(slug).get(scale)
+        if done is not None and not is_stale(done):   # a measurement of this very code outranks the estimate
+            wall = float(done["runtime_s"])
+            lines.append(f"measured: the committed {scale} run of this code took {wall:.0f} s on "
+                         f"{done['device']}"
+                         + (f"; OVER the {budget:.0f} s budget" if wall > budget else f", within the {budget:.0f} s budget"))
     return "\n".join(lines)
 
 # %% ../../nbs/core/05_cli.ipynb #6198a672
