@@ -340,10 +340,10 @@ def test_tiny_run(tiny):
     key = lambda out: [(r["seed"], r["encoder"], r["variant"], r["fine_acc"], r["probe_final"]) for r in out["rows"]]
     assert key(tiny) == key(again)
     ids = {c["id"]: c for c in tiny["claims"]}
-    assert set(ids) == {"C1-random", "C1-efficientnet", "C1-POPE", "C2", "C3", "K1", "K2"}
+    assert set(ids) == {"C1-random", "C1-efficientnet", "C1-POPE", "C2-pixels", "C2-latent", "C3", "K1", "K2"}
     assert ids["K1"]["verdict"] == "passed" and ids["K2"]["verdict"] == "passed"
     cfg = experiment.Config.preset("tiny")
-    assert len(tiny["rows"]) == cfg.n_seeds * len(cfg.encoders) * len(cfg.lm_sizes) * 3
+    assert len(tiny["rows"]) == cfg.n_seeds * len(cfg.encoders) * len(cfg.lm_sizes) * len(experiment.VARIANTS) == 16
     assert tiny["recon"] is not None and len(tiny["recon"]["denoiser"]) == cfg.recon_images
 
 
@@ -353,21 +353,22 @@ def test_claim_rules_follow_the_rows(tiny):
     s0, s1 = seeds
     verdicts = lambda rows: {c["id"]: c["verdict"] for c in experiment.make_claims(rows, seeds, cfg)}
 
-    def rows_with(d_fine, d_pope, base_fine=0.8, base_pope=0.7, r_fine=None, probe=(0.8, 0.7), features=0.9):
+    def rows_with(d_fine, d_pope, base_fine=0.8, base_pope=0.7, r_fine=None, probe=(0.8, 0.7), features=0.9, use=1.5):
         rows = with_metric(tiny["rows"], "probe_features", {s0: features, s1: features})
+        rows = with_metric(rows, "cond_use", {s0: use, s1: use}, variant="ROSS-D")
         for metric, v in (("fine_acc", base_fine), ("pope_adversarial_acc", base_pope)):
-            rows = with_metric(rows, metric, {s0: v, s1: v + 0.01}, variant="baseline")
-            rows = with_metric(rows, metric, {s0: v, s1: v + 0.01}, variant="ROSS-R")
+            for arm in ("baseline", "ROSS-R", "ROSS-R-latent"):
+                rows = with_metric(rows, metric, {s0: v, s1: v + 0.01}, variant=arm)
         if r_fine is not None:
             rows = with_metric(rows, "fine_acc", {s0: r_fine, s1: r_fine + 0.01}, variant="ROSS-R")
         rows = with_metric(rows, "fine_acc", {s0: base_fine + d_fine[0], s1: base_fine + 0.01 + d_fine[1]}, variant="ROSS-D")
         rows = with_metric(rows, "pope_adversarial_acc", {s0: base_pope + d_pope[0], s1: base_pope + 0.01 + d_pope[1]},
                            variant="ROSS-D")
-        rows = with_metric(rows, "probe_final", {s0: probe[0], s1: probe[0] + 0.01}, variant="ROSS-D")
-        rows = with_metric(rows, "probe_final", {s0: probe[1], s1: probe[1] + 0.01}, variant="baseline")
+        rows = with_metric(rows, "probe_read", {s0: probe[0], s1: probe[0] + 0.01}, variant="ROSS-D")
+        rows = with_metric(rows, "probe_read", {s0: probe[1], s1: probe[1] + 0.01}, variant="baseline")
         return verdicts(rows)
 
-    claims = ("C1-random", "C1-efficientnet", "C1-POPE", "C2", "C3")
+    claims = ("C1-random", "C1-efficientnet", "C1-POPE", "C2-pixels", "C2-latent", "C3")
     good = rows_with((0.1, 0.1), (0.1, 0.1))
     assert all(good[c] == "reproduced" for c in claims)
     flat = rows_with((0.1, 0.1), (0.0, 0.0))                                        # POPE did not move
@@ -376,13 +377,16 @@ def test_claim_rules_follow_the_rows(tiny):
     assert rows_with((0.1, 0.1), (0.01, 0.01))["C1-POPE"] == "partial"             # real but below delta
     assert rows_with((-0.1, -0.1), (0.1, 0.1))["C1-efficientnet"] == "not_reproduced"
     assert rows_with((0.01, 0.01), (0.1, 0.1))["C1-random"] == "partial"
-    assert rows_with((0.1, 0.1), (0.1, 0.1), r_fine=0.95)["C2"] == "not_reproduced"
+    pixels = rows_with((0.1, 0.1), (0.1, 0.1), r_fine=0.95)                       # regressing pixels wins
+    assert pixels["C2-pixels"] == "not_reproduced" and pixels["C2-latent"] == "reproduced"
     assert rows_with((0.1, 0.1), (0.1, 0.1), probe=(0.7, 0.8))["C3"] == "not_reproduced"
     assert rows_with((0.1, 0.1), (0.1, 0.1), probe=(0.72, 0.7))["C3"] == "partial"
     gated = rows_with((0.1, 0.1), (0.1, 0.1), base_fine=0.5)                       # the baseline did not learn
     assert all(gated[c] == "not_run" for c in claims)
+    ignored = rows_with((0.1, 0.1), (0.1, 0.1), use=1.02)                          # the denoiser ignores its condition
+    assert all(ignored[c] == "not_run" for c in claims)
     ceiling = rows_with((0.01, 0.01), (0.1, 0.1), base_fine=0.97)                  # no room for a gain
-    assert ceiling["C1-random"] == ceiling["C1-efficientnet"] == "not_run" and ceiling["C2"] != "not_run"
+    assert ceiling["C1-random"] == ceiling["C1-efficientnet"] == "not_run" and ceiling["C2-latent"] != "not_run"
     chance = rows_with((0.1, 0.1), (0.1, 0.1), base_pope=0.5)                      # no binding to improve on
     assert chance["C1-POPE"] == "not_run" and chance["C1-random"] == "reproduced"
     absent = rows_with((0.1, 0.1), (0.1, 0.1), features=0.3)                       # the detail is not in the features
@@ -390,6 +394,15 @@ def test_claim_rules_follow_the_rows(tiny):
     recs = {c["id"]: c for c in experiment.make_claims(tiny["rows"], seeds, cfg)}
     for cid in claims:
         assert recs[cid]["delta"] == experiment.DELTAS[cid.split("-")[0]][0] and recs[cid]["delta_reason"]
+
+
+def test_condition_use_detects_an_ignored_condition(batch):
+    "condition_use is about 1 for a denoiser that ignores z (zero output layer) and above 1 once z matters."
+    sc, vocab, conv, feats, latents, pixels = batch
+    m = RossModel(feats.shape[-1], len(vocab), 9, vision_loss="denoise", reps=2)
+    assert abs(experiment.condition_use(m, feats, latents, seed=0) - 1) < 1e-6   # output layer at zero
+    fit(m, feats, conv, latents, steps=30, batch=16, lr=3e-3, seed=0)
+    assert experiment.condition_use(m, feats, latents, seed=0) > 1
 
 
 def test_full_smoke(tmp_path):
@@ -400,7 +413,7 @@ def test_full_smoke(tmp_path):
     assert full.lm_sizes == ((256, 6), (128, 6)) and full.encoders == ("random", "efficientnet")
     assert full.grid == 6 and full.max_objects == 12 and full.n_train * full.questions_per_image == 100_000
     doc = cli.run_experiment("ross", "full", "cpu", 0, root=tmp_path, smoke=True)
-    assert {c["id"] for c in doc["claims"]} == {"C1-random", "C1-efficientnet", "C1-POPE", "C2", "C3", "K1", "K2"}
+    assert {c["id"] for c in doc["claims"]} == {"C1-random", "C1-efficientnet", "C1-POPE", "C2-pixels", "C2-latent", "C3", "K1", "K2"}
     assert {(r["lm"], r["variant"]) for r in doc["details"]} == {
-        (lm, v) for lm in ("256x6", "128x6") for v in ("baseline", "ROSS-R", "ROSS-D")}
+        (lm, v) for lm in ("256x6", "128x6") for v in experiment.VARIANTS}
     assert not (tmp_path / "book").exists()

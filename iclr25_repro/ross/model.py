@@ -348,7 +348,7 @@ class Denoiser(nn.Module):
         return self.out(self.norm(u) * (1 + scale) + shift)
 
 # %% ../../nbs/ross/02_implementation.ipynb #79b3da36
-VISION_LOSSES = (None, "regress", "denoise")
+VISION_LOSSES = (None, "regress", "regress_latent", "denoise")
 
 
 class RossModel(nn.Module):
@@ -357,7 +357,7 @@ class RossModel(nn.Module):
 
     def __init__(self, feat_dim: int, vocab_size: int, n_visual: int, vision_loss: str | None = "denoise",
                  hidden: int = 64, layers: int = 2, heads: int = 4,
-                 latent_dim: int = 8,             # width of the tokenizer's latent tokens (denoise)
+                 latent_dim: int = 8,             # width of the tokenizer's latent tokens (denoise, regress_latent)
                  pixel_dim: int = CELL * CELL * 3,  # width of a cell's pixels (regress)
                  den_width: int = 64, den_depth: int = 1, reps: int = 4, bos_id: int = 1):
         super().__init__()
@@ -383,6 +383,8 @@ class RossModel(nn.Module):
             self.scheduler = DDPMScheduler(num_train_timesteps=1000, beta_schedule="squaredcos_cap_v2")
         elif vision_loss == "regress":
             self.regressor = nn.Linear(hidden, pixel_dim)
+        elif vision_loss == "regress_latent":
+            self.regressor = nn.Linear(hidden, latent_dim)
 
     def hidden_states(self, feats: torch.Tensor, words: torch.Tensor | None = None, all_layers: bool = False):
         "Final (post-norm) hidden states of [<bos>, visual tokens, words] (B, 1 + T + L, hidden); all layers on request."
@@ -399,7 +401,7 @@ class RossModel(nn.Module):
 
     def forward(self, feats, conversations, latents=None, pixels=None) -> dict:
         """Losses of a batch: feats (B, T, C), conversations (B, K, 6) word ids (five question words, the answer);
-        latents (B, T, latent_dim) for denoise, pixels (B, T, pixel_dim) for regress."""
+        latents (B, T, latent_dim) for denoise and regress_latent, pixels (B, T, pixel_dim) for regress."""
         B, K, _ = conversations.shape
         h = self.hidden_states(feats, conversations.reshape(B, K * 6))
         logits = self.lm_head(h[:, self._answer_positions(K)])
@@ -414,6 +416,10 @@ class RossModel(nn.Module):
             if pixels is None:
                 raise ValueError("vision_loss='regress' needs pixels (B, T, pixel_dim)")
             out["vm_loss"] = F.mse_loss(self.regressor(z), pixels)
+        elif self.vision_loss == "regress_latent":
+            if latents is None:
+                raise ValueError("vision_loss='regress_latent' needs latents (B, T, latent_dim)")
+            out["vm_loss"] = F.mse_loss(self.regressor(z), latents)
         out["loss"] = lm + out.get("vm_loss", 0.0)
         return out
 
