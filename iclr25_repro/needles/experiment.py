@@ -44,14 +44,14 @@ class Config(ScaledConfig):
     d_model: int = 64
     layers: int = 2
     heads: int = 4
-    base_steps: int = 160             # split evenly over the curriculum stages 1..base_max_docs documents
+    base_steps: int = 96              # split evenly over the curriculum stages 1..base_max_docs documents
     base_batch: int = 32
     base_lr: float = 3e-3
     base_max_docs: int = 4
     base_examples: int = 2000         # short MDQA questions per stage
     base_texts: int = 300             # document texts (language-model loss) per stage
     fact_repeats: int = 8             # copies of the closed-book questions and fact sentences per stage
-    curve_every: int = 60
+    curve_every: int = 32
     gate_questions: int = 100         # held-out questions at 3-4 documents for the competence gate
     # the finetunes, at equal token budgets
     ft_budget: int = 15_000           # tokens per finetune set
