@@ -1,9 +1,11 @@
 """Tests of iclr25_repro.fifa: the world and its rewards, the schedule against its closed form, the sampler, the
 Diffusion-DPO loss (initialisation, swap, gradient, a naive per-pair reference), the kNN terms against brute force and
 a Gaussian, FiFA's selection (reduction, invariances, optimality of the separable objective), the feedback data, bad
-inputs, determinism, the claims' rules on altered rows, a tiny run and the full preset's smoke run."""
+inputs, determinism, the claims' rules and gates on altered rows, the recorded tuning, a tiny run and the laptop and
+full presets' smoke runs."""
 import copy
 import dataclasses
+import json
 import math
 from itertools import combinations
 
@@ -16,8 +18,9 @@ from iclr25_repro.core import cli
 from iclr25_repro.fifa import experiment
 from iclr25_repro.fifa.model import (MARK, QUALITY_ANCHORS, MLPDenoiser, PCACodec, PromptCodes, ProxyReward,
                                      all_prompts, base_training_images, blur, diffusion_dpo_loss, embedding_table,
-                                     fifa_scores, fifa_select, human_reward, knn_entropy, knn_log_distances,
-                                     make_denoiser, make_pairs, make_schedulers, make_world, mark_score, quality_scores,
+                                     fifa_scores, fifa_select, flip_rate_by_margin, human_reward, knn_entropy,
+                                     knn_log_distances, make_denoiser, make_pairs, make_schedulers, make_world,
+                                     mark_score, predict_noise, prompt_log_distances, quality_scores,
                                      render, sample, shape_mask, target, train_denoiser, train_dpo, true_reward,
                                      upscale)
 from helpers import with_metric
@@ -129,11 +132,72 @@ def test_knn_terms_against_brute_force():
     d = np.sort(cdist(x, x), axis=1)
     assert np.allclose(knn_log_distances(x, 4), np.log(d[:, 4]))
     dup = np.vstack([x[:10], x[:10]])
-    assert np.allclose(knn_log_distances(dup, 1), np.log(1e-3))     # duplicates are floored
+    assert np.allclose(knn_log_distances(dup, 1), np.log(1e-6))     # duplicates are floored
     A = rng.normal(size=(4, 4)) / 4 + np.eye(4)
     S = A @ A.T
     exact = 0.5 * np.log((2 * np.pi * np.e) ** 4 * np.linalg.det(S))
     assert abs(knn_entropy(rng.multivariate_normal(np.zeros(4), S, 4000), 5) - exact) / exact < 0.03
+
+
+def test_diversity_on_distinct_prompts(setup):
+    "The diversity term ranks a rare prompt (unlike the others, asked for once) above a common one, whatever the repeats."
+    world, table, *_ = setup
+    ordinary = [p[0] for p in world.train_prompts if not p[2]]
+    for rare in (QUALITY_ANCHORS[0], [p[0] for p in world.train_prompts if p[2]][0]):
+        for reps in (1, 50):
+            pool = [ordinary[0]] * reps + ordinary[1:] + [rare]
+            ld = prompt_log_distances(pool, table, 5)
+            assert ld[-1] > ld[:-1].max()
+            # every pair of one prompt gets the same value, and the repeats change nothing
+            assert np.allclose(ld[:reps], ld[0]) and np.allclose(ld[reps - 1:], prompt_log_distances(ordinary + [rare], table, 5))
+    # the pair-level kNN (no deduplication) would put the repeated prompt at the floor instead
+    raw = knn_log_distances(np.stack([table[t] for t in [ordinary[0]] * 50 + ordinary[1:]]), 5)
+    assert np.allclose(raw[:50], np.log(1e-6))
+    with pytest.raises(ValueError, match="distinct prompts"):
+        prompt_log_distances(["a", "a", "b"], {"a": np.zeros(2), "b": np.ones(2)}, 2)
+
+
+def test_flip_rate_falls_as_the_margin_threshold_rises():
+    rng = np.random.default_rng(0)
+    gap = rng.normal(size=20000)
+    for noise in (0.5, 1.0, 2.0):
+        rates = flip_rate_by_margin(gap + noise * rng.normal(size=gap.size), gap < 0)
+        assert (np.diff(rates) <= 0).all() and rates[0] > 0.45 and rates[-1] < rates[0] - 0.1
+    # a margin unrelated to the gap does not clean the labels
+    flat = flip_rate_by_margin(rng.normal(size=gap.size), gap < 0)
+    assert np.abs(flat - 0.5).max() < 0.12
+    with pytest.raises(ValueError, match="one value per pair"):
+        flip_rate_by_margin(np.zeros(3), np.zeros(2, bool))
+
+
+def test_dpo_loss_takes_a_diffusers_unet():
+    "A diffusers UNet2DConditionModel goes into the loss as it is, and matches the same UNet behind a wrapper."
+    from diffusers import UNet2DConditionModel
+    ddpm, _ = make_schedulers()
+    ref = make_denoiser("unet", (3, 16, 16), cond_dim=8, channels=(8, 16))
+    assert isinstance(ref, UNet2DConditionModel)
+    model = copy.deepcopy(ref)
+    g = torch.Generator().manual_seed(0)
+    xw, xl, n = (torch.randn(3, 3, 16, 16, generator=g) for _ in range(3))
+    c, t = torch.randn(3, 8, generator=g), torch.tensor([5, 400, 900])
+    loss, acc, _ = diffusion_dpo_loss(model, ref, xw, xl, c, t, n, n, 500.0, ddpm)
+    assert abs(loss.item() - math.log(2)) < 1e-6 and acc.item() == 0.5
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(0.01 * torch.randn_like(p))
+
+    class Wrapped(torch.nn.Module):
+        def __init__(self, unet):
+            super().__init__()
+            self.unet = unet
+
+        def forward(self, x, t, cond):
+            return self.unet(x, t, encoder_hidden_states=cond[:, None, :]).sample
+
+    a, _, _ = diffusion_dpo_loss(model, ref, xw, xl, c, t, n, n, 500.0, ddpm)
+    b, _, _ = diffusion_dpo_loss(Wrapped(model), Wrapped(ref), xw, xl, c, t, n, n, 500.0, ddpm)
+    assert torch.isclose(a, b, atol=1e-6) and abs(a.item() - math.log(2)) > 1e-6
+    assert predict_noise(model, xw, t, c[:, None, :]).shape == xw.shape     # a (B, L, D) condition passes through
 
 
 def test_fifa_selection():
@@ -162,7 +226,8 @@ def test_pairs_and_quality(setup):
     assert np.array_equal(again.prompt, pairs.prompt) and torch.equal(again.z_w, pairs.z_w)
     q = quality_scores([p[0] for p in world.train_prompts], table)
     harm = np.array([p[2] for p in world.train_prompts])
-    assert q[~harm].mean() > q[harm].mean()
+    from sklearn.metrics import roc_auc_score
+    assert roc_auc_score(~harm, q) > 0.95
     # with no flips and a near-zero temperature every label follows the annotators' reward
     exact = make_pairs(world, base, codec, codes, 200, np.random.default_rng(1), scheduler=ddim, temperature=1e-6, flip=0.0)
     assert (human_reward(world, exact.comp, exact.harmful, exact.x_w)
@@ -175,8 +240,11 @@ def test_proxy_reward_learns_preferences(setup):
     c = codes([world.train_prompts[j][0] for j in pairs.prompt])
     w = torch.as_tensor(~pairs.flipped)[:, None]
     xw, xl = torch.where(w, x(pairs.x_w), x(pairs.x_l)), torch.where(w, x(pairs.x_l), x(pairs.x_w))
-    proxy = ProxyReward(192, 32).fit(xw[:300], xl[:300], c[:300], steps=300)
-    assert np.mean(proxy.margin(xw[300:], xl[300:], c[300:]) > 0) > 0.6
+    for arch in ("mlp", "cnn"):
+        proxy = ProxyReward(192, 32, arch=arch).fit(xw[:300], xl[:300], c[:300], steps=300)
+        assert np.mean(proxy.margin(xw[300:], xl[300:], c[300:]) > 0) > 0.6, arch
+    with pytest.raises(ValueError, match="arch"):
+        ProxyReward(192, 32, arch="vit")
 
 
 def test_bad_inputs(setup):
@@ -221,7 +289,8 @@ def test_tiny_run(tiny):
     key = lambda out: [(r["seed"], r.get("arm"), r.get("step"), r.get("reward"), r.get("flip")) for r in out["rows"]]
     assert key(tiny) == key(again)
     ids = {c["id"]: c for c in tiny["claims"]}
-    assert {"C1-budget", "C1-speed", "C1-random", "C2-flips", "C3-margin", "C3-quality", "C3-diversity"} <= set(ids)
+    assert {"C1-budget", "C1-speed", "C1-random", "C2-flips", "C3-margin", "C3-quality", "C3-harm",
+            "C3-diversity"} <= set(ids)
     assert tiny["seeds"] == [10, 11]
     for k in [k for k in ids if k.startswith("K")]:
         assert ids[k]["verdict"] == "passed", k
@@ -240,7 +309,12 @@ def test_claim_rules_follow_the_rows(tiny):
     s0, s1 = seeds
     verdicts = lambda rows: {c["id"]: c["verdict"] for c in experiment.make_claims(rows, seeds, cfg)}
     d = experiment.DELTAS["reward"][0]
-    rows = _set(_set(tiny["rows"], "reward", "FiFA", {s0: 0.8, s1: 0.81}), "reward", "full", {s0: 0.6, s1: 0.6})
+    # every gate passes on these rows, so the verdicts are the rules'
+    base = tiny["rows"]
+    for metric, value in (("base_reward", 0.3), ("proxy_agreement", 0.9), ("quality_auroc", 0.99),
+                          ("base_harmful_mark", 0.5)):
+        base = with_metric(base, metric, {s0: value, s1: value}, kind="seed")
+    rows = _set(_set(base, "reward", "FiFA", {s0: 0.8, s1: 0.81}), "reward", "full", {s0: 0.6, s1: 0.6})
     rows = _set(rows, "final_reward", "full", {s0: 0.9, s1: 0.9})
     v = verdicts(rows)
     assert v["C1-budget"] == "reproduced" and v["C1-speed"] == "not_reproduced"
@@ -258,7 +332,7 @@ def test_claim_rules_follow_the_rows(tiny):
     worse = _set(rows, "reward", "FiFA", {s0: 0.59, s1: 0.591})
     assert verdicts(worse)["C1-budget"] == "not_reproduced"
     # C2 and C3-quality are "lower is better": the interval is baseline - FiFA
-    r2 = _set(_set(tiny["rows"], "flip_ordinary", "FiFA", {s0: 0.1, s1: 0.11}), "flip_ordinary", "full", {s0: 0.3, s1: 0.3})
+    r2 = _set(_set(base, "flip_ordinary", "FiFA", {s0: 0.1, s1: 0.11}), "flip_ordinary", "full", {s0: 0.3, s1: 0.3})
     r2 = _set(_set(r2, "harmful_mark", "FiFA", {s0: 0.3, s1: 0.31}), "harmful_mark", "FiFA, no quality", {s0: 0.1, s1: 0.1})
     v = verdicts(r2)
     assert v["C2-flips"] == "reproduced" and v["C3-quality"] == "not_reproduced"
@@ -268,6 +342,23 @@ def test_claim_rules_follow_the_rows(tiny):
     cl = experiment.make_claims(r2, seeds, cfg)
     assert all(c["delta"] for c in cl if c["kind"] == "claim")
     assert {c["id"]: c for c in cl}["C1-speed"]["band"] == [-experiment.SPEED_MARGIN, None]
+    # C3-harm: FiFA's mark against the base model's and random K's, both must hold (the weaker verdict)
+    r3 = with_metric(r2, "base_harmful_mark", {s0: 0.5, s1: 0.5}, kind="seed")
+    r3 = _set(_set(r3, "harmful_mark", "FiFA", {s0: 0.1, s1: 0.11}), "harmful_mark", "random", {s0: 0.4, s1: 0.4})
+    assert verdicts(r3)["C3-harm"] == "reproduced"
+    assert verdicts(_set(r3, "harmful_mark", "random", {s0: 0.1 + dq / 2, s1: 0.11 + dq / 2.01}))["C3-harm"] == "partial"
+    assert verdicts(_set(r3, "harmful_mark", "random", {s0: 0.1, s1: 0.11}))["C3-harm"] == "not_reproduced"
+    assert verdicts(_set(r3, "harmful_mark", "random", {s0: 0.6, s1: 0.0}))["C3-harm"] == "inconclusive"
+    # a failed gate makes its claims not_run, whatever the intervals say
+    g = with_metric(rows, "proxy_agreement", {s0: 0.5, s1: 0.5}, kind="seed")
+    assert verdicts(g)["C2-flips"] == "not_run" and verdicts(g)["C1-budget"] == "reproduced"
+    g = with_metric(rows, "base_reward", {s0: 0.89, s1: 0.89}, kind="seed")     # DPO moved nothing
+    v = verdicts(g)
+    assert all(v[k] == "not_run" for k in ("C1-budget", "C1-speed", "C1-random", "C3-margin", "C3-diversity"))
+    g = with_metric(r3, "quality_auroc", {s0: 0.6, s1: 0.6}, kind="seed")
+    assert verdicts(g)["C3-harm"] == verdicts(g)["C3-quality"] == "not_run"
+    g = with_metric(r3, "base_harmful_mark", {s0: 0.01, s1: 0.01}, kind="seed")
+    assert verdicts(g)["C3-harm"] == "not_run"
 
 
 def test_every_arm_gets_the_same_sweep():
@@ -281,8 +372,46 @@ def test_every_arm_gets_the_same_sweep():
         assert (b, lr) == next((r["beta"], r["lr"]) for r in sorted(mine, key=lambda r: -r["reward"]))
     out = experiment.run(cfg)
     assert out["hparams"] == best and [r for r in out["rows"] if r["kind"] == "tune"] == rows
-    used = {(r["arm"], r["beta"], r["lr"]) for r in out["rows"] if r["kind"] == "arm"}
-    assert used == set(best)
+    used = {r["arm"]: (r["beta"], r["lr"]) for r in out["rows"] if r["kind"] == "arm"}
+    own = {a: (b, lr) for a, b, lr in best}
+    # the baselines and FiFA at their own best; the ablations at FiFA's, so each removes a term and nothing else
+    assert all(used[a] == own[a] for a in (*experiment.BASELINES, "FiFA"))
+    assert all(used[a] == own["FiFA"] for a in experiment.ABLATIONS)
+    # the second view: each ablation whose own best differs from FiFA's runs again at it
+    second = experiment.arms_to_run(dataclasses.replace(cfg, hparams=best, own_best=True))
+    assert {a[:-len(experiment.OWN_BEST)] for a in second if a.endswith(experiment.OWN_BEST)} == {
+        a for a in experiment.ABLATIONS if own[a] != own["FiFA"]}
+    assert experiment.arm_hparams(dataclasses.replace(cfg, hparams=best), "margin" + experiment.OWN_BEST) == own["margin"]
+
+
+def test_tuned_hparams_are_the_recorded_sweep():
+    "Config.hparams (TUNED) is each arm's best point of the committed sweep, at the sizes of the laptop preset."
+    from iclr25_repro.core.results import repo_root
+    rec = json.loads((repo_root() / experiment.TUNING_RECORD).read_text())
+    rows = rec["rows"]
+    assert sorted((r["arm"], r["beta"], r["lr"]) for r in rows) == sorted(
+        (a, b, lr) for a in experiment.ARMS for b, lr in experiment.TUNE_GRID)
+    assert {r["seed"] for r in rows} == {100}
+    assert experiment.best_hparams(rows) == experiment.Config().hparams == experiment.TUNED
+    lap = experiment.Config.preset("laptop").to_dict()
+    for k in ("n_pairs", "n_base_images", "base_steps", "steps", "batch", "k_frac", "alpha", "gamma"):
+        assert rec["config"][k] == lap[k], k
+
+
+def test_laptop_smoke(tmp_path):
+    lap, smoke = experiment.Config.preset("laptop"), experiment.Config.preset("laptop", smoke=True)
+    for f in dataclasses.fields(lap):
+        if f.name not in experiment.Config.SMOKE and f.name not in ("device", "smoke"):
+            assert getattr(smoke, f.name) == getattr(lap, f.name), f.name
+    assert lap.n_seeds >= 3 and lap.seed_offset not in (0, 10, 100)     # fresh seeds, not the pilots' or ci's
+    doc = cli.run_experiment("fifa", "laptop", "cpu", 0, root=tmp_path, smoke=True)
+    ids = {c["id"] for c in doc["claims"]}
+    assert {"C1-budget", "C2-flips", "C3-harm", "C3-diversity", "K3-dedup"} <= ids
+    assert any(r.get("arm", "").endswith(experiment.OWN_BEST) for r in doc["details"]) or not any(
+        experiment.arm_hparams(lap, a) != experiment.arm_hparams(lap, a + experiment.OWN_BEST) for a in experiment.ABLATIONS)
+    assert not (tmp_path / "book").exists()
+    est = cli.estimate_wall("fifa", "full", measure=False)
+    assert est["seconds"] is not None and est["seconds"] <= cli.BUDGET_S["full"]
 
 
 def test_full_smoke(tmp_path):

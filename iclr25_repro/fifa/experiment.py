@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import copy
+import json
 import time
 from dataclasses import dataclass
 from typing import ClassVar
@@ -13,16 +14,19 @@ from typing import ClassVar
 import numpy as np
 import torch
 
-from ..core.results import check, claim, paired_interval, per_seed
-from ..core.runtime import ScaledConfig, map_jobs, one_thread, pick_device
+from ..core.results import all_of, check, claim, decide, gate, gates_passed, paired_interval, per_seed
+from ..core.runtime import ScaledConfig, effective_workers, map_jobs, one_thread, pick_device
 from .model import (QUALITY_ANCHORS, PCACodec, PixelCodec, PromptCodes, ProxyReward, all_prompts,
                                      base_training_images, diffusion_dpo_loss, embedding_table, fifa_select,
-                                     knn_log_distances, make_denoiser, make_pairs, make_schedulers, make_world,
-                                     mark_score, quality_scores, sample, target, train_denoiser, train_dpo, true_reward)
+                                     flip_rate_by_margin, make_denoiser, make_pairs, make_schedulers, make_world,
+                                     mark_score, prompt_log_distances, quality_scores, sample, target, train_denoiser,
+                                     train_dpo, true_reward)
 
 # %% auto #0
-__all__ = ['PAPER', 'ARMS', 'TUNE_GRID', 'DELTAS', 'SPEED_MARGIN', 'Config', 'selections', 'Prepared', 'prepare', 'arm_hparams',
-           'fit_arm', 'seed_job', 'tune_job', 'best_hparams', 'world_checks', 'run', 'plan', 'make_claims']
+__all__ = ['PAPER', 'TUNED', 'TUNING_RECORD', 'LAPTOP_SEEDS', 'BASELINES', 'ABLATIONS', 'ARMS', 'OWN_BEST', 'TUNE_GRID',
+           'GPU_UNITS_PER_S', 'DELTAS', 'SPEED_MARGIN', 'GATES', 'Config', 'selections', 'Prepared', 'prepare',
+           'arm_hparams', 'arms_to_run', 'fit_arm', 'seed_job', 'tune_job', 'record_tuning', 'best_hparams',
+           'world_checks', 'run', 'plan', 'make_claims']
 
 # %% ../../nbs/fifa/03_evaluation.ipynb #9a077be6
 PAPER = {"title": "Automated Filtering of Human Feedback Data for Aligning Text-to-Image Diffusion Models",
@@ -30,25 +34,35 @@ PAPER = {"title": "Automated Filtering of Human Feedback Data for Aligning Text-
          "venue": "ICLR 2025", "arxiv": "2410.10166", "code": "https://github.com/YangYongJin/FiFA-Official-Repo"}
 
 # %% ../../nbs/fifa/03_evaluation.ipynb #3ad41a00
+# Each arm's (beta, lr): its best point of TUNE_GRID by its own true reward after the budget, on the pilot seed 100 at
+# the laptop preset's sizes (`record_tuning`, whose rows are committed in TUNING_RECORD; a test recomputes this from them).
+TUNED = (("full", 30.0, 3e-4), ("random", 30.0, 1e-4), ("margin", 100.0, 1e-4), ("FiFA", 100.0, 1e-4),
+         ("FiFA, no quality", 30.0, 1e-4), ("FiFA, no diversity", 100.0, 1e-4))
+TUNING_RECORD = "book/results/fifa/tuning.json"
+LAPTOP_SEEDS = 40      # as many seeds as fit in about 15 minutes on 2 cores ("Sizing the laptop preset")
+BASELINES = ("full", "random")                                 # each at its own best (beta, lr) from the same sweep
+ABLATIONS = ("margin", "FiFA, no quality", "FiFA, no diversity")  # FiFA less one or two terms, at FiFA's (beta, lr)
 ARMS = ("full", "random", "margin", "FiFA", "FiFA, no quality", "FiFA, no diversity")   # every arm: the same DPO budget
+OWN_BEST = " (own best)"      # suffix of an ablation run again at its own best (beta, lr): the second view
 
 
 @dataclass
 class Config(ScaledConfig):
-    "The evaluation's knobs; defaults are the ci preset."
-    n_seeds: int = 4                 # a new world (Zipf order, harmful compositions), base model, data and proxy per seed
+    "The evaluation's knobs; defaults are the ci preset (the pipeline end to end), the laptop preset decides."
+    n_seeds: int = 2                 # a new world (Zipf order, harmful compositions), base model, data and proxy per seed
     image_size: int = 8
-    codec: str = "pca"               # "pca": latent diffusion in a PCA code (ci); "pixels": pixel space (full)
+    codec: str = "pca"               # "pca": latent diffusion in a PCA code (ci, laptop); "pixels": pixel space (full)
     latent_dim: int = 16
-    denoiser: str = "mlp"            # "mlp" (ci) or "unet" (full)
+    denoiser: str = "mlp"            # "mlp" (ci, laptop) or "unet" (full)
     hidden: int = 128                # MLP denoiser width and depth
     depth: int = 2
     unet_channels: tuple = (32, 64)  # UNet block widths
+    proxy_arch: str = "mlp"          # the proxy reward: "mlp" (ci, laptop) or "cnn" (full)
     prompt_dim: int = 32             # whitened principal axes of the MiniLM prompt embeddings the denoiser reads
-    n_base_images: int = 6000
-    base_steps: int = 600
-    n_pairs: int = 4000              # the human-feedback set
-    n_proxy_pairs: int = 1500        # separate pairs the proxy reward is fitted on
+    n_base_images: int = 2000
+    base_steps: int = 200
+    n_pairs: int = 1500              # the human-feedback set
+    n_proxy_pairs: int = 600         # separate pairs the proxy reward is fitted on
     temperature: float = 0.1         # Bradley-Terry temperature of the annotators
     flip: float = 0.2                # share of labels flipped after Bradley-Terry
     harmful_share: float = 0.1
@@ -56,33 +70,34 @@ class Config(ScaledConfig):
     alpha: float = 1.0
     gamma: float = 0.5
     n_neighbors: int = 5
-    steps: int = 200                 # the common DPO budget B
-    full_factor: int = 4             # the full-data arm also runs on to full_factor * B steps
+    steps: int = 100                 # the common DPO budget B
+    full_factor: int = 2             # the full-data arm also runs on to full_factor * B steps
     batch: int = 64
     lr: float = 3e-4
     beta: float = 30.0
     eval_every: int = 50
-    eval_per_prompt: int = 4
+    eval_per_prompt: int = 1
     sample_steps: int = 10
     arms: tuple = ARMS
+    own_best: bool = False           # also run each ablation at its own best (beta, lr), where that differs from FiFA's
     k_sweep: tuple = ()              # extra FiFA arms at these K shares (the full preset's sweep)
     weight_grid: tuple = ()          # extra FiFA arms at these (alpha, gamma)
-    seed_offset: int = 10            # the seeds are seed + seed_offset + i: the pilots used 0-3 and 100
+    seed_offset: int = 10            # the seeds are seed + seed_offset + i: the pilots and the sweep used 0-3 and 100
     tune_grid: tuple = ()            # (beta, lr) pairs swept for every arm on seed + 100 before the runs
-    hparams: tuple = (("full", 30.0, 3e-4), ("random", 30.0, 1e-4), ("margin", 100.0, 1e-4), ("FiFA", 30.0, 1e-4),
-                      ("FiFA, no quality", 100.0, 1e-4), ("FiFA, no diversity", 100.0, 1e-4))
-    # (arm, beta, lr): each arm's best of TUNE_GRID on the pilot seed 100 (tune_job); others use beta and lr
+    hparams: tuple = TUNED           # (arm, beta, lr): each arm's best of TUNE_GRID on the pilot seed (TUNING_RECORD)
     n_workers: int = 2
 
     PRESETS: ClassVar[dict] = {
-        "tiny": dict(hparams=(), n_seeds=2, n_base_images=800, base_steps=60, n_pairs=400, n_proxy_pairs=200, steps=20,
+        "tiny": dict(n_seeds=2, n_base_images=800, base_steps=60, n_pairs=400, n_proxy_pairs=200, steps=20,
                      full_factor=2, eval_every=10, eval_per_prompt=1, k_frac=0.1, n_workers=1),
         "ci": {},
-        "full": dict(n_seeds=3, image_size=16, codec="pixels", denoiser="unet", n_base_images=50000, base_steps=3000,
-                     n_pairs=100000, n_proxy_pairs=20000, k_frac=0.005, steps=600, batch=128, eval_every=100,
-                     eval_per_prompt=8, k_sweep=(0.001, 0.01, 0.05),
-                     weight_grid=((0.0, 1.0), (0.5, 0.0), (0.5, 0.5), (0.5, 1.0), (1.0, 1.0)),
-                     tune_grid=((10.0, 1e-4), (30.0, 1e-4), (100.0, 1e-4), (30.0, 3e-4)), hparams=(), n_workers=1),
+        # the sizes the sweep tuned (beta, lr) at, on fresh seeds, many of them: see "Sizing the laptop preset"
+        "laptop": dict(n_seeds=LAPTOP_SEEDS, seed_offset=1000, n_base_images=6000, base_steps=600, n_pairs=4000,
+                       n_proxy_pairs=1500, steps=200, full_factor=4, eval_every=100, eval_per_prompt=4, own_best=True),
+        "full": dict(n_seeds=3, seed_offset=1000, image_size=16, codec="pixels", denoiser="unet", proxy_arch="cnn",
+                     n_base_images=50000, base_steps=1500, n_pairs=50000, n_proxy_pairs=10000, k_frac=0.005,
+                     steps=300, full_factor=4, batch=128, eval_every=100, eval_per_prompt=8, k_sweep=(0.001, 0.05),
+                     weight_grid=((1.0, 1.0),), n_workers=3),
     }
     SMOKE: ClassVar[dict] = dict(n_seeds=2, n_base_images=64, base_steps=2, n_pairs=80, n_proxy_pairs=40, steps=2,
                                  full_factor=2, eval_every=2, eval_per_prompt=1, k_frac=0.1, batch=8, sample_steps=1,
@@ -96,6 +111,8 @@ class Config(ScaledConfig):
             raise ValueError(f"k_frac must be in (0, 1], got {self.k_frac}")
         if self.beta <= 0:
             raise ValueError(f"beta must be positive, got {self.beta}")
+        if self.proxy_arch not in ("mlp", "cnn"):
+            raise ValueError(f"proxy_arch must be 'mlp' or 'cnn', got {self.proxy_arch!r}")
         if self.eval_every < 1 or self.steps % self.eval_every:
             raise ValueError(f"eval_every must divide steps (the claims read the curve at the budget), got "
                              f"{self.eval_every} and {self.steps}")
@@ -106,11 +123,12 @@ def selections(pairs, margin, quality, log_dist, cfg, seed: int) -> dict:
     n = len(pairs)
     k = max(1, int(round(cfg.k_frac * n)))
     pick = lambda kk, a, g: fifa_select(margin, quality, None, kk, a, g, log_dist=log_dist)
-    return {"full": np.arange(n), "random": np.random.default_rng(seed + 17).choice(n, k, replace=False),
-            "margin": pick(k, 0.0, 0.0), "FiFA": pick(k, cfg.alpha, cfg.gamma),
-            "FiFA, no quality": pick(k, 0.0, cfg.gamma), "FiFA, no diversity": pick(k, cfg.alpha, 0.0),
-            **{f"FiFA, K={f:g}": pick(max(1, int(round(f * n))), cfg.alpha, cfg.gamma) for f in cfg.k_sweep},
-            **{f"FiFA, alpha={a:g}, gamma={g:g}": pick(k, a, g) for a, g in cfg.weight_grid}}
+    sel = {"full": np.arange(n), "random": np.random.default_rng(seed + 17).choice(n, k, replace=False),
+           "margin": pick(k, 0.0, 0.0), "FiFA": pick(k, cfg.alpha, cfg.gamma),
+           "FiFA, no quality": pick(k, 0.0, cfg.gamma), "FiFA, no diversity": pick(k, cfg.alpha, 0.0),
+           **{f"FiFA, K={f:g}": pick(max(1, int(round(f * n))), cfg.alpha, cfg.gamma) for f in cfg.k_sweep},
+           **{f"FiFA, alpha={a:g}, gamma={g:g}": pick(k, a, g) for a, g in cfg.weight_grid}}
+    return {**sel, **{a + OWN_BEST: sel[a] for a in ABLATIONS}}
 
 
 @dataclass
@@ -149,11 +167,11 @@ def prepare(seed: int, cfg, dev) -> Prepared:
     proxy_pairs = make_pairs(world, base, codec, codes, cfg.n_proxy_pairs, rng, **kw)
     img = lambda x: torch.as_tensor(x, dtype=torch.float32, device=dev).flatten(1)
     cond = codes([texts[j] for j in data.prompt]).to(dev)
-    proxy = ProxyReward(3 * cfg.image_size ** 2, cfg.prompt_dim).to(dev).fit(
+    proxy = ProxyReward(3 * cfg.image_size ** 2, cfg.prompt_dim, arch=cfg.proxy_arch).to(dev).fit(
         img(proxy_pairs.x_w), img(proxy_pairs.x_l), codes([texts[j] for j in proxy_pairs.prompt]).to(dev), seed=seed)
     margin = proxy.margin(img(data.x_w), img(data.x_l), cond)
     quality = quality_scores([texts[j] for j in data.prompt], table)
-    log_dist = knn_log_distances(np.stack([table[texts[j]] for j in data.prompt]), cfg.n_neighbors)
+    log_dist = prompt_log_distances([texts[j] for j in data.prompt], table, cfg.n_neighbors)   # deduplicated prompts
     # evaluation: the held-out paraphrase of every composition and the held-out harmful prompts, from fixed noise
     counts = np.bincount(data.comp[~data.harmful], minlength=len(world.comps))
     ev = [p for p in world.test_prompts for _ in range(cfg.eval_per_prompt)]
@@ -172,16 +190,30 @@ def prepare(seed: int, cfg, dev) -> Prepared:
     row = dict(kind="seed", seed=seed, base_loss=float(np.mean(base_loss[-50:])), codec_explained=codec.explained,
                proxy_agreement=float(np.mean((margin > 0) == ~data.flipped)),
                quality_auroc=_auroc(~data.harmful, quality), data_flip=float(data.flipped.mean()),
+               diversity_harmful_z=float((log_dist[data.harmful].mean() - log_dist.mean()) / (log_dist.std() + 1e-12)),
                data_flip_ordinary=float(data.flipped[~data.harmful].mean()), data_harmful=float(data.harmful.mean()),
                **{f"base_{k}": v for k, v in evaluate(base).items()})
     return Prepared(world, base, ddpm, data, cond, margin, quality, log_dist, evaluate, row)
 
 
 def arm_hparams(cfg, arm: str) -> tuple:
-    "(beta, lr) of an arm: its own from cfg.hparams, FiFA's for the sweep arms, else cfg.beta and cfg.lr."
+    """(beta, lr) of an arm. Baselines and FiFA: their own best (cfg.hparams). The ablations and the K and weight
+    sweeps: FiFA's, so that each removes one term and changes nothing else. "<ablation> (own best)": its own best."""
     own = {a: (b, lr) for a, b, lr in cfg.hparams}
-    key = "FiFA" if arm.startswith("FiFA, K=") or arm.startswith("FiFA, alpha=") else arm
-    return own.get(key, (cfg.beta, cfg.lr))
+    fifa = own.get("FiFA", (cfg.beta, cfg.lr))
+    if arm.endswith(OWN_BEST):
+        return own.get(arm[:-len(OWN_BEST)], fifa)
+    if arm in ABLATIONS or arm.startswith("FiFA, K=") or arm.startswith("FiFA, alpha="):
+        return fifa
+    return own.get(arm, (cfg.beta, cfg.lr))
+
+
+def arms_to_run(cfg) -> list[str]:
+    "cfg.arms, then (with cfg.own_best) each ablation at its own best where that differs from FiFA's, then the sweeps."
+    second = [a + OWN_BEST for a in ABLATIONS if cfg.own_best and a in cfg.arms
+              and arm_hparams(cfg, a + OWN_BEST) != arm_hparams(cfg, a)]
+    sweeps = [f"FiFA, K={f:g}" for f in cfg.k_sweep] + [f"FiFA, alpha={a:g}, gamma={g:g}" for a, g in cfg.weight_grid]
+    return [*cfg.arms, *second, *sweeps]
 
 
 def fit_arm(p: Prepared, s, steps: int, cfg, seed: int, lr=None, beta=None, eval_every=None) -> list[dict]:
@@ -203,8 +235,7 @@ def seed_job(seed: int, cfg_dict: dict) -> dict:
         data, margin = p.data, p.margin
         sel = selections(data, margin, p.quality, p.log_dist, cfg, seed)
         rows = [dict(p.row, t_prepare=lap())]
-        extra = [a for a in sel if a.startswith("FiFA, K=") or a.startswith("FiFA, alpha=")]
-        for arm in (*cfg.arms, *extra):
+        for arm in arms_to_run(cfg):
             s = sel[arm]
             sub = data.subset(s)
             beta, lr = arm_hparams(cfg, arm)
@@ -218,11 +249,10 @@ def seed_job(seed: int, cfg_dict: dict) -> dict:
                              final_reward=hist[-1]["reward"], final_step=hist[-1]["step"], seconds=lap()))
             rows += [dict(kind="curve", seed=seed, arm=arm, **h) for h in hist]
         # the flip rate (ordinary prompts) of the top pairs by proxy margin, at rising thresholds
-        order = np.argsort(-margin, kind="stable")
-        for frac in (1.0, 0.5, 0.2, 0.1, 0.05, 0.02):
-            top = order[:max(1, int(frac * len(order)))]
-            top = top[~data.harmful[top]]
-            rows.append(dict(kind="threshold", seed=seed, frac=frac, flip=float(data.flipped[top].mean())))
+        fracs = (1.0, 0.5, 0.2, 0.1, 0.05, 0.02)
+        ordinary = ~data.harmful
+        for frac, rate in zip(fracs, flip_rate_by_margin(margin[ordinary], data.flipped[ordinary], fracs)):
+            rows.append(dict(kind="threshold", seed=seed, frac=frac, flip=float(rate)))
         rows.append(dict(kind="check", seed=seed, **world_checks(p, cfg)))
     return dict(rows=rows)
 
@@ -240,6 +270,18 @@ def tune_job(seed: int, cfg_dict: dict, grid=TUNE_GRID, arms=None) -> list[dict]
         return [dict(kind="tune", seed=seed, arm=arm, beta=b, lr=lr,
                      reward=fit_arm(p, sel[arm], cfg.steps, cfg, seed, lr, b, eval_every=cfg.steps)[-1]["reward"])
                 for arm in (arms or cfg.arms) for b, lr in grid]
+
+
+def record_tuning(path: str | None = None, seed: int = 100) -> tuple:
+    """Rerun the sweep of every arm on the pilot seed at the laptop preset's sizes, write its rows to TUNING_RECORD and
+    return the best (arm, beta, lr) of each: the value of TUNED (a few minutes on 2 cores)."""
+    from iclr25_repro.core.results import repo_root
+    cfg = Config.preset("laptop")
+    rows = tune_job(seed, cfg.to_dict(), TUNE_GRID)
+    out = repo_root() / (path or TUNING_RECORD)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(dict(seed=seed, grid=TUNE_GRID, config=cfg.to_dict(), rows=rows), indent=1) + "\n")
+    return best_hparams(rows)
 
 
 def best_hparams(tuning: list[dict]) -> tuple:
@@ -267,8 +309,12 @@ def world_checks(p: Prepared, cfg) -> dict:
                                       noise, cfg.beta, p.ddpm)
     k = max(1, int(round(cfg.k_frac * len(data))))
     mo = fifa_select(p.margin, p.quality, None, k, 0.0, 0.0, log_dist=p.log_dist)
+    texts = [p.world.train_prompts[j][0] for j in data.prompt]
+    first = {t: i for i, t in reversed(list(enumerate(texts)))}
+    same = all(p.log_dist[i] == p.log_dist[first[t]] for i, t in enumerate(texts))
     return dict(init_loss=float(loss), init_acc=float(acc),
-                margin_only_ok=bool((mo == np.argsort(-np.asarray(p.margin), kind="stable")[:k]).all()))
+                margin_only_ok=bool((mo == np.argsort(-np.asarray(p.margin), kind="stable")[:k]).all()),
+                dedup_ok=bool(same))
 
 
 def run(cfg: Config) -> dict:
@@ -287,23 +333,44 @@ def run(cfg: Config) -> dict:
                 hparams=cfg.hparams)
 
 # %% ../../nbs/fifa/03_evaluation.ipynb #699cb6bf
+# Work units per second on one GPU, for --dry-run: an assumption, not a measurement (no GPU was available to this
+# chapter). A unit is about a millisecond of one CPU core on the laptop preset's MLP (a Diffusion-DPO step at batch 64
+# counts 11, as measured there). On an H100 it reads a Diffusion-DPO step of the full preset's small UNet at batch 128
+# (19 units: model forward and backward on 256 images, reference forward on 256) as about 50 ms, launch-bound, with
+# the three seeds' processes sharing the card.
+GPU_UNITS_PER_S = 380.0
+
+
 def plan(cfg: Config) -> list[dict]:
-    "The phases of a run, for `--dry-run`."
-    extra = len(cfg.k_sweep) + len(cfg.weight_grid)
+    "The phases of a run, for `--dry-run`, with their work in units (about a CPU-millisecond each; see GPU_UNITS_PER_S)."
+    per = lambda n: max(1.0, n / 64)
+    dpo_step = 3 + 4 * per(2 * cfg.batch)            # model forward and backward on both images, reference forward
+    base_step, proxy_step = 2 + 2 * per(128), 2 + per(128)
+    ddim = lambda n: cfg.sample_steps * (1 + 0.5 * per(n))          # one sampling run of n samples
+    arms = arms_to_run(cfg)
+    n_eval = (80 + 16) * cfg.eval_per_prompt           # held-out paraphrases of every composition and the harmful prompts
+    evals = lambda steps: (steps // cfg.eval_every + 1) * ddim(n_eval)
+    dpo = sum(cfg.steps * (cfg.full_factor if a == "full" else 1) for a in arms) * dpo_step
+    dpo_eval = sum(evals(cfg.steps * (cfg.full_factor if a == "full" else 1)) for a in arms)
+    prep = (1500 + cfg.base_steps * base_step + ddim(2 * (cfg.n_pairs + cfg.n_proxy_pairs)) + 400 * proxy_step
+            + evals(0))                                # 1500: the world, codec, prompt codes, labels and kNN terms
+    tune = len(cfg.tune_grid) * len(cfg.arms) * (cfg.steps * dpo_step + evals(cfg.steps)) + prep if cfg.tune_grid else 0
+    par = effective_workers(min(cfg.n_workers, cfg.n_seeds))
     steps = f"{cfg.steps} DPO steps (the full-data arm on to {cfg.steps * cfg.full_factor}), batch {cfg.batch}"
     out = []
     if cfg.tune_grid:
-        out.append(dict(phase="per-arm sweep on the pilot seed", seeds=1,
+        out.append(dict(phase="per-arm sweep on the pilot seed", seeds=1, units=tune,
                         size=f"{len(cfg.tune_grid)} (beta, lr) x {len(cfg.arms)} arms at {cfg.steps} steps"))
     out += [dict(phase="world, base model, proxy reward, quality rater", seeds=cfg.n_seeds,
-                 size=f"{cfg.image_size}x{cfg.image_size} images ({cfg.codec}, {cfg.denoiser} denoiser), "
-                      f"{cfg.n_base_images} base images x {cfg.base_steps} steps, {cfg.n_pairs} pairs, "
-                      f"{cfg.n_proxy_pairs} proxy pairs"),
+                 units=cfg.n_seeds * prep / par,
+                 size=f"{cfg.image_size}x{cfg.image_size} images ({cfg.codec}, {cfg.denoiser} denoiser, "
+                      f"{cfg.proxy_arch} proxy), {cfg.n_base_images} base images x {cfg.base_steps} steps, "
+                      f"{cfg.n_pairs} pairs, {cfg.n_proxy_pairs} proxy pairs"),
             dict(phase="selection and Diffusion-DPO arms", seeds=cfg.n_seeds,
+                 units=cfg.n_seeds * (dpo + dpo_eval) / par,
                  size=f"K = {cfg.k_frac:g} of the pairs; {steps}; evaluation every {cfg.eval_every}",
-                 arms="; ".join(cfg.arms) + (f"; and {extra} sweep arms" if extra else ""))]
+                 arms="; ".join(arms))]
     return out
-
 
 # %% ../../nbs/fifa/03_evaluation.ipynb #518d211c
 # The smallest effect that matters for each claim, fixed before any run: (delta, why). The paper's numbers are
@@ -321,16 +388,42 @@ DELTAS = {
 }
 SPEED_MARGIN = DELTAS["C1-speed"][0]   # C1-speed's non-inferiority margin, in units of the true reward (a cosine)
 
+# Competence gates, fixed before the deciding run: (threshold, why). A claim whose gate fails is not_run.
+GATES = {
+    "dpo_learns": (0.05, "Diffusion-DPO on the full data must raise the true reward on held-out paraphrases by at "
+                         "least 0.05 (2.5 deltas) over the base model after its longer run, or no arm's data can be "
+                         "told apart from another's"),
+    "proxy": (0.55, "the proxy's margin must agree in sign with r* on at least 55% of the feedback pairs (5 points "
+                    "above chance), or selecting by it cannot be expected to remove wrong labels"),
+    "rater": (0.9, "the quality rater must rank ordinary prompts above harmful ones with AUROC 0.9 or more, the "
+                   "competence the paper assumes of its LLM rater"),
+    "base_harm": (0.1, "the base model must draw at least 0.1 of the mark on harmful prompts, or there is no "
+                       "harmful content to remove"),
+}
+
 
 def make_claims(rows, seeds, cfg) -> list[dict]:
     "The claims and checks, each decided by the rule written in it from the measured rows."
     arm_rows = [r for r in rows if r.get("kind") == "arm"]
+    seed_rows = [r for r in rows if r.get("kind") == "seed"]
     val = lambda metric, arm: per_seed(arm_rows, seeds, metric, arm=arm)
+    world = lambda metric: per_seed(seed_rows, seeds, metric)
+    have = {r["arm"] for r in arm_rows}
     B, L = cfg.steps, cfg.steps * cfg.full_factor
+    learns = [gate("full-data reward gain over the base model after the longer run",
+                   float((val("final_reward", "full") - world("base_reward")).mean()), GATES["dpo_learns"][0])]
+    proxy = [gate("proxy sign agreement with r* on the feedback pairs", float(world("proxy_agreement").mean()),
+                  GATES["proxy"][0])]
+    harm = [gate("quality rater AUROC, ordinary against harmful prompts", float(world("quality_auroc").mean()),
+                 GATES["rater"][0]),
+            gate("base model's mark on held-out harmful prompts", float(world("base_harmful_mark").mean()),
+                 GATES["base_harm"][0])]
+    own = lambda a, metric: (f" At its own best (beta, lr) the ablation reaches {val(metric, a + OWN_BEST).mean():.3f}."
+                             if a + OWN_BEST in have else " Its own best (beta, lr) is FiFA's.")
     out = []
 
     def diff(cid, text, metric, a, b, a_metric, b_metric=None, better="higher", note="", what=None, margin=0.0,
-             delta=DELTAS["reward"]):
+             delta=DELTAS["reward"], gates=()):
         x, y = val(a_metric, a), val(b_metric or a_metric, b)
         first, second = (f"{a_metric}({a})", f"{b_metric or a_metric}({b})")[::1 if better == "higher" else -1]
         # the interval is oriented so that the paper's direction is positive: ours - baseline, or baseline - ours
@@ -348,37 +441,61 @@ def make_claims(rows, seeds, cfg) -> list[dict]:
             rule = f"Paired over seeds: decide(95% t interval of {first} - {second}, delta = {d:g})."
             kw = dict(delta=d, better="higher")
         out.append(claim(cid, text, metric, paper=None, ours=float(x.mean()), baseline=float(y.mean()), interval=iv,
-                         rule=rule, delta_reason=why, note=note, **kw))
+                         rule=rule, delta_reason=why, note=note, gates=gates, **kw))
 
     diff("C1-budget", f"At the same DPO budget ({B} steps), FiFA's K pairs give a higher true reward on held-out "
          "paraphrases than the full data.", f"true reward on held-out paraphrases after {B} steps", "FiFA", "full",
-         "reward")
+         "reward", gates=learns)
     diff("C1-speed", f"FiFA after {B} steps is at least as good as the full data after {L} ({cfg.full_factor}x the "
          "steps; the paper reports about 4x fewer GPU hours to reach the released Diffusion-DPO model's PickScore).",
          f"true reward: FiFA at {B} steps, full data at {L}", "FiFA", "full", "reward", "final_reward",
          what=f"reward(FiFA, {B} steps) - reward(full, {L} steps), paired over seeds", margin=SPEED_MARGIN,
-         delta=DELTAS["C1-speed"])
+         delta=DELTAS["C1-speed"], gates=learns)
     diff("C1-random", "FiFA's pairs beat a random subset of the same size at the same budget (which pairs are kept "
          "matters, not only how few).", f"true reward on held-out paraphrases after {B} steps", "FiFA", "random",
-         "reward")
+         "reward", gates=learns)
     diff("C2-flips", "On ordinary (not harmful) prompts, the pairs FiFA selects carry fewer wrong labels, against the "
          "true reward, than the data.", "share of labels disagreeing with the true reward, ordinary prompts",
-         "FiFA", "full", "flip_ordinary", better="lower", delta=DELTAS["C2-flips"],
-         note=f"Margin only: {val('flip_ordinary', 'margin').mean():.3f}; all prompts: FiFA "
+         "FiFA", "full", "flip_ordinary", better="lower", delta=DELTAS["C2-flips"], gates=proxy,
+         note=f"Margin only: {val('flip_ordinary', 'margin').mean():.3f} (the margin term does the cleaning; the text "
+              f"terms trade some of it for clean and spread prompts); all prompts: FiFA "
               f"{val('flip', 'FiFA').mean():.3f}, data {val('flip', 'full').mean():.3f}.")
     diff("C3-margin", "FiFA's full score (margin, quality, diversity) gives at least the reward of margin-only top-K "
-         "at the same budget (the paper's ablation: the extra terms help, by a small amount).",
-         f"true reward on held-out paraphrases after {B} steps", "FiFA", "margin", "reward")
-    diff("C3-quality", "The quality term lowers harmful generations: removing it (alpha = 0) raises the mark on "
-         "held-out harmful prompts.", "mark on held-out harmful prompts", "FiFA", "FiFA, no quality", "harmful_mark",
-         better="lower", delta=DELTAS["C3-quality"],
-         note=f"Margin only: {val('harmful_mark', 'margin').mean():.3f}; share of harmful pairs "
-                              f"selected: FiFA {val('harmful_share', 'FiFA').mean():.3f}, without quality "
-                              f"{val('harmful_share', 'FiFA, no quality').mean():.3f}.")
-    diff("C3-diversity", "The diversity term raises the reward on rare prompts: removing it (gamma = 0) lowers it.",
-         "true reward on held-out paraphrases of the rarest third of compositions", "FiFA", "FiFA, no diversity",
-         "rare_reward", note=f"Compositions covered: FiFA {val('comps', 'FiFA').mean():.1f}, without diversity "
-                             f"{val('comps', 'FiFA, no diversity').mean():.1f}.")
+         "at the same budget and FiFA's (beta, lr) (the paper's ablation: the extra terms help, by a small amount).",
+         f"true reward on held-out paraphrases after {B} steps", "FiFA", "margin", "reward", gates=learns,
+         note=own("margin", "reward"))
+    diff("C3-quality", "The quality term lowers harmful generations: removing it (alpha = 0, FiFA's beta and lr) "
+         "raises the mark on held-out harmful prompts.", "mark on held-out harmful prompts", "FiFA",
+         "FiFA, no quality", "harmful_mark", better="lower", delta=DELTAS["C3-quality"], gates=harm,
+         note=f"Share of harmful pairs kept: FiFA {val('harmful_share', 'FiFA').mean():.3f}, without quality "
+              f"{val('harmful_share', 'FiFA, no quality').mean():.3f}, data {val('harmful_share', 'full').mean():.3f}."
+              + own("FiFA, no quality", "harmful_mark"))
+    # C3-harm: against the base model and against random-K, both must hold
+    d, why = DELTAS["C3-quality"]
+    f_mark = val("harmful_mark", "FiFA")
+    ivs = {"base": paired_interval(world("base_harmful_mark"), f_mark, method="t",
+                                   of="harmful_mark(base) - harmful_mark(FiFA), paired over seeds"),
+           "random": paired_interval(val("harmful_mark", "random"), f_mark, method="t",
+                                     of="harmful_mark(random) - harmful_mark(FiFA), paired over seeds")}
+    out.append(claim("C3-harm", "FiFA's model draws less harmful content on held-out harmful prompts than the base "
+                     "model and than a model tuned on a random K pairs (the paper: harmful generations drop).",
+                     "mark on held-out harmful prompts", paper=None, ours=float(f_mark.mean()),
+                     baseline=float(val("harmful_mark", "random").mean()), interval=ivs["random"], delta=d,
+                     delta_reason=why, better="higher", gates=harm,
+                     verdict=all_of([decide(iv, d) for iv in ivs.values()]),
+                     rule=f"Paired over seeds: all_of(decide(95% t interval of mark(base) - mark(FiFA), delta = {d:g}), "
+                          f"decide(95% t interval of mark(random) - mark(FiFA), delta = {d:g})); the interval shown "
+                          "is against random-K.",
+                     note=f"Against the base model ({world('base_harmful_mark').mean():.3f}): interval "
+                          f"[{ivs['base']['lo']:.3f}, {ivs['base']['hi']:.3f}], {decide(ivs['base'], d)}; against "
+                          f"random-K: {decide(ivs['random'], d)}. Harmful pairs kept: FiFA "
+                          f"{val('harmful_share', 'FiFA').mean():.3f}, random "
+                          f"{val('harmful_share', 'random').mean():.3f}."))
+    diff("C3-diversity", "The diversity term raises the reward on rare prompts: removing it (gamma = 0, FiFA's beta "
+         "and lr) lowers it.", "true reward on held-out paraphrases of the rarest third of compositions", "FiFA",
+         "FiFA, no diversity", "rare_reward", gates=learns,
+         note=f"Compositions covered: FiFA {val('comps', 'FiFA').mean():.1f}, without diversity "
+              f"{val('comps', 'FiFA, no diversity').mean():.1f}." + own("FiFA, no diversity", "rare_reward"))
     ch = [r for r in rows if r.get("kind") == "check"]
     init = max(abs(r["init_loss"] - np.log(2)) for r in ch)
     out.append(check("K1-init", "At initialisation (model = reference) the Diffusion-DPO loss is ln 2 and the implicit "
@@ -388,4 +505,8 @@ def make_claims(rows, seeds, cfg) -> list[dict]:
     out.append(check("K2-margin-only", "With alpha = gamma = 0 FiFA's top K is the top K by margin.", "seeds agreeing",
                      ours=sum(r["margin_only_ok"] for r in ch), passed=all(r["margin_only_ok"] for r in ch),
                      rule="Passed if the two index sets are equal on every seed."))
+    out.append(check("K3-dedup", "The diversity term is computed on distinct prompts: every pair of a prompt gets the "
+                     "same value, however often the prompt is asked for.", "seeds agreeing",
+                     ours=sum(r["dedup_ok"] for r in ch), passed=all(r["dedup_ok"] for r in ch),
+                     rule="Passed if, on every seed, each pair's diversity term equals that of the prompt's first pair."))
     return out

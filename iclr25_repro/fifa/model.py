@@ -5,6 +5,7 @@
 # %% ../../nbs/fifa/02_implementation.ipynb #19834416
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 
 import numpy as np
@@ -13,12 +14,13 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 # %% auto #0
-__all__ = ['SHAPES', 'COLOURS', 'POSITIONS', 'TEMPLATES', 'HARMFUL', 'SIZE', 'MARK', 'QUALITY_ANCHORS', 'shape_mask', 'render',
-           'upscale', 'mark_score', 'blur', 'World', 'make_world', 'all_prompts', 'embedding_table', 'target',
-           'true_reward', 'human_reward', 'base_training_images', 'PromptCodes', 'MLPDenoiser', 'UNetDenoiser',
-           'make_denoiser', 'make_schedulers', 'PCACodec', 'PixelCodec', 'to_model', 'to_image', 'train_denoiser',
-           'sample', 'diffusion_dpo_loss', 'train_dpo', 'ProxyReward', 'quality_scores', 'knn_log_distances',
-           'knn_entropy', 'fifa_scores', 'fifa_select', 'Pairs', 'draw_prompts', 'make_pairs']
+__all__ = ['SHAPES', 'COLOURS', 'POSITIONS', 'TEMPLATES', 'HARMFUL', 'SIZE', 'MARK', 'SAFE_ANCHORS', 'UNSAFE_ANCHORS',
+           'QUALITY_ANCHORS', 'shape_mask', 'render', 'upscale', 'mark_score', 'blur', 'World', 'make_world',
+           'all_prompts', 'embedding_table', 'target', 'true_reward', 'human_reward', 'base_training_images',
+           'PromptCodes', 'MLPDenoiser', 'make_unet', 'make_denoiser', 'predict_noise', 'make_schedulers', 'PCACodec',
+           'PixelCodec', 'to_model', 'to_image', 'train_denoiser', 'sample', 'diffusion_dpo_loss', 'train_dpo',
+           'ProxyReward', 'quality_scores', 'knn_log_distances', 'knn_entropy', 'prompt_log_distances', 'fifa_scores',
+           'fifa_select', 'flip_rate_by_margin', 'Pairs', 'draw_prompts', 'make_pairs']
 
 # %% ../../nbs/fifa/02_implementation.ipynb #88ee99b9
 SHAPES = ("square", "ring", "cross", "bar")
@@ -131,7 +133,10 @@ def make_world(seed: int, zipf: float = 1.1, harmful_share: float = 0.1, n_harmf
     return World(comps, w / w.sum(), train, test, harmful_share, size)
 
 
-QUALITY_ANCHORS = ("a plain, harmless description of a picture", "an unsafe, violent or offensive request")
+SAFE_ANCHORS = ("a plain, harmless description of a picture",)
+UNSAFE_ANCHORS = ("an unsafe, violent or offensive request", "a violent, gory or bloody picture",
+                  "graphic, disturbing, unsafe content")
+QUALITY_ANCHORS = SAFE_ANCHORS + UNSAFE_ANCHORS     # every anchor sentence of the quality rater (for one encoding)
 
 
 def all_prompts() -> list[str]:
@@ -238,30 +243,34 @@ class MLPDenoiser(nn.Module):
         return self.out(h).view_as(x)
 
 
-class UNetDenoiser(nn.Module):
-    "diffusers' `UNet2DConditionModel` from a small config, cross-attending to the prompt embedding as one token."
-
-    def __init__(self, image_shape=(3, 16, 16), cond_dim: int = 384, channels=(32, 64), layers_per_block: int = 1):
-        super().__init__()
-        from diffusers import UNet2DConditionModel
-        self.image_shape = tuple(image_shape)
-        self.unet = UNet2DConditionModel(
-            sample_size=image_shape[1], in_channels=image_shape[0], out_channels=image_shape[0],
-            block_out_channels=tuple(channels), layers_per_block=layers_per_block,
-            down_block_types=("CrossAttnDownBlock2D", "DownBlock2D"), up_block_types=("UpBlock2D", "CrossAttnUpBlock2D"),
-            cross_attention_dim=cond_dim, attention_head_dim=8, norm_num_groups=8)
-
-    def forward(self, x, t, cond):
-        return self.unet(x, t, encoder_hidden_states=cond[:, None, :]).sample
+def make_unet(image_shape=(3, 16, 16), cond_dim: int = 384, channels=(32, 64), layers_per_block: int = 1):
+    "A diffusers `UNet2DConditionModel` from a small config, cross-attending to the prompt embedding (as one token)."
+    from diffusers import UNet2DConditionModel
+    return UNet2DConditionModel(
+        sample_size=image_shape[1], in_channels=image_shape[0], out_channels=image_shape[0],
+        block_out_channels=tuple(channels), layers_per_block=layers_per_block,
+        down_block_types=("CrossAttnDownBlock2D", "DownBlock2D"), up_block_types=("UpBlock2D", "CrossAttnUpBlock2D"),
+        cross_attention_dim=cond_dim, attention_head_dim=8, norm_num_groups=8)
 
 
 def make_denoiser(kind: str, image_shape, cond_dim: int = 384, **kw) -> nn.Module:
-    "'mlp' (ci) or 'unet' (full)."
+    "'mlp' (ci, laptop) or 'unet' (full: a plain `UNet2DConditionModel`)."
     if kind == "mlp":
         return MLPDenoiser(image_shape, cond_dim, **kw)
     if kind == "unet":
-        return UNetDenoiser(image_shape, cond_dim, **kw)
+        return make_unet(image_shape, cond_dim, **kw)
     raise ValueError(f"denoiser must be 'mlp' or 'unet', got {kind!r}")
+
+
+def predict_noise(model, x, t, cond) -> torch.Tensor:
+    """epsilon_theta(x_t, t, c) of any denoiser: a diffusers `UNet2DConditionModel` (called as
+    `model(x, t, encoder_hidden_states=cond).sample`, a (B, D) condition passed as one token), or a module called as
+    `model(x, t, cond)` (an output with `.sample` is unwrapped)."""
+    unets = sys.modules.get("diffusers.models.unets.unet_2d_condition")   # loaded once any such UNet exists
+    if unets is not None and isinstance(model, unets.UNet2DConditionModel):
+        return model(x, t, encoder_hidden_states=cond[:, None, :] if cond.dim() == 2 else cond).sample
+    out = model(x, t, cond)
+    return getattr(out, "sample", out)
 
 # %% ../../nbs/fifa/02_implementation.ipynb #790fe3a0
 def make_schedulers(n_train: int = 1000, clip: float = 1.0):
@@ -335,7 +344,7 @@ def train_denoiser(model, images, cond, steps: int, batch: int = 128, lr: float 
         x0, c = images[i], cond[i]
         t = torch.randint(ddpm.config.num_train_timesteps, (batch,), generator=g).to(dev)
         eps = torch.randn(x0.shape, generator=g).to(dev)
-        loss = F.mse_loss(model(ddpm.add_noise(x0, eps, t), t, c), eps)
+        loss = F.mse_loss(predict_noise(model, ddpm.add_noise(x0, eps, t), t, c), eps)
         opt.zero_grad()
         loss.backward()
         opt.step()
@@ -355,14 +364,15 @@ def sample(model, cond, noise, steps: int = 10, scheduler=None) -> torch.Tensor:
     x = noise.clone()
     for t in ddim.timesteps:
         tt = torch.full((len(x),), int(t), dtype=torch.long, device=x.device)
-        x = ddim.step(model(x, tt, cond), t, x, eta=0.0).prev_sample
+        x = ddim.step(predict_noise(model, x, tt, cond), t, x, eta=0.0).prev_sample
     return x
 
 # %% ../../nbs/fifa/02_implementation.ipynb #137a71db
 def diffusion_dpo_loss(model, ref, x_w, x_l, cond, t, noise_w, noise_l, beta: float, scheduler) -> tuple:
     """Diffusion-DPO (Wallace et al. 2024), Eq. (3): with one timestep per pair and the noises given, the per-sample
     MSEs of the model and the frozen reference, model_diff = mse_w - mse_l, ref_diff likewise, and
-    loss = -log sigmoid(-beta/2 (model_diff - ref_diff)). Returns (loss, implicit accuracy, inside term)."""
+    loss = -log sigmoid(-beta/2 (model_diff - ref_diff)). Returns (loss, implicit accuracy, inside term). `model` and
+    `ref`: any denoiser `predict_noise` accepts, a diffusers `UNet2DConditionModel` included."""
     if beta <= 0:
         raise ValueError(f"beta must be positive, got {beta!r}")
     if x_w.shape != x_l.shape or len(cond) != len(x_w) or len(t) != len(x_w):
@@ -373,9 +383,9 @@ def diffusion_dpo_loss(model, ref, x_w, x_l, cond, t, noise_w, noise_l, beta: fl
                          f"shape {tuple(x_w.shape)}")
     xt = torch.cat([scheduler.add_noise(x_w, noise_w, t), scheduler.add_noise(x_l, noise_l, t)])
     tt, cc, eps = torch.cat([t, t]), torch.cat([cond, cond]), torch.cat([noise_w, noise_l])
-    mse = (model(xt, tt, cc) - eps).pow(2).flatten(1).mean(1)
+    mse = (predict_noise(model, xt, tt, cc) - eps).pow(2).flatten(1).mean(1)
     with torch.no_grad():
-        mse_ref = (ref(xt, tt, cc) - eps).pow(2).flatten(1).mean(1)
+        mse_ref = (predict_noise(ref, xt, tt, cc) - eps).pow(2).flatten(1).mean(1)
     n = len(x_w)
     model_diff, ref_diff = mse[:n] - mse[n:], mse_ref[:n] - mse_ref[n:]
     inside = -0.5 * beta * (model_diff - ref_diff)
@@ -423,14 +433,27 @@ def train_dpo(model, ref, x_w, x_l, cond, steps: int, beta: float, batch: int = 
 
 # %% ../../nbs/fifa/02_implementation.ipynb #c9a27b1c
 class ProxyReward(nn.Module):
-    "r_phi(c, x): an MLP on the flattened image and the prompt embedding, fitted by the Bradley-Terry loss."
+    """r_phi(c, x) on images (N, S, S, 3) flattened and the prompt embedding, fitted by the Bradley-Terry loss: an MLP
+    (`arch="mlp"`) or a small CNN whose features meet the prompt in an MLP head (`arch="cnn"`, the full preset)."""
 
-    def __init__(self, image_dim: int, cond_dim: int = 384, hidden: int = 128):
+    def __init__(self, image_dim: int, cond_dim: int = 384, hidden: int = 128, arch: str = "mlp"):
         super().__init__()
-        self.net = nn.Sequential(nn.Linear(image_dim + cond_dim, hidden), nn.SiLU(), nn.Linear(hidden, hidden),
+        if arch not in ("mlp", "cnn"):
+            raise ValueError(f"arch must be 'mlp' or 'cnn', got {arch!r}")
+        self.arch, self.side = arch, int(round((image_dim / 3) ** 0.5))
+        feats = image_dim
+        if arch == "cnn":
+            if 3 * self.side ** 2 != image_dim or self.side % 2:
+                raise ValueError(f"a CNN proxy needs image_dim = 3 S^2 with S even, got {image_dim}")
+            self.conv = nn.Sequential(nn.Conv2d(3, 16, 3, padding=1), nn.SiLU(), nn.Conv2d(16, 32, 3, stride=2, padding=1),
+                                      nn.SiLU())     # (N, 32, S/2, S/2): positions matter, so no pooling
+            feats = 32 * (self.side // 2) ** 2
+        self.net = nn.Sequential(nn.Linear(feats + cond_dim, hidden), nn.SiLU(), nn.Linear(hidden, hidden),
                                  nn.SiLU(), nn.Linear(hidden, 1))
 
     def forward(self, x, cond):
+        if self.arch == "cnn":
+            x = self.conv(x.reshape(len(x), self.side, self.side, 3).permute(0, 3, 1, 2))
         return self.net(torch.cat([x.flatten(1), cond], 1)).squeeze(-1)
 
     def fit(self, x_w, x_l, cond, steps: int = 400, batch: int = 128, lr: float = 2e-3, weight_decay: float = 1e-4,
@@ -452,16 +475,15 @@ class ProxyReward(nn.Module):
         return (self(x_w, cond) - self(x_l, cond)).cpu().numpy()
 
 
-def quality_scores(texts, table) -> np.ndarray:
-    """A zero-shot text-quality rater (the stand-in for the paper's LLM rater): cosine of the MiniLM embedding to a
-    description of a good prompt minus its cosine to a description of a harmful one."""
+def quality_scores(texts, table, safe=SAFE_ANCHORS, unsafe=UNSAFE_ANCHORS) -> np.ndarray:
+    """A zero-shot text-quality rater (the stand-in for the paper's LLM rater): the MiniLM embedding's largest cosine
+    to a description of a harmless prompt minus its largest cosine to a description of a harmful one."""
     e = np.stack([table[t] for t in texts])
-    good, bad = table[QUALITY_ANCHORS[0]], table[QUALITY_ANCHORS[1]]
-    return e @ good - e @ bad
+    return (e @ np.stack([table[a] for a in safe]).T).max(1) - (e @ np.stack([table[a] for a in unsafe]).T).max(1)
 
 # %% ../../nbs/fifa/02_implementation.ipynb #59762e85
-def knn_log_distances(emb, k: int = 5, floor: float = 1e-3) -> np.ndarray:
-    "log of each point's Euclidean distance to its k-th nearest other point (floored: duplicates are at distance 0)."
+def knn_log_distances(emb, k: int = 5, floor: float = 1e-6) -> np.ndarray:
+    "log of each point's Euclidean distance to its k-th nearest other point (floored: a duplicate is at distance 0, or ~1e-8 in floats)."
     from sklearn.neighbors import NearestNeighbors
     emb = np.asarray(emb, dtype=np.float64)
     if not 1 <= k < len(emb):
@@ -478,6 +500,15 @@ def knn_entropy(emb, k: int = 5) -> float:
     n, d = emb.shape
     log_vd = d / 2 * np.log(np.pi) - gammaln(d / 2 + 1)
     return float(digamma(n) - digamma(k) + log_vd + d * knn_log_distances(emb, k, floor=1e-300).mean())
+
+
+def prompt_log_distances(prompts, table, k: int = 5) -> np.ndarray:
+    """Each pair's diversity term, on deduplicated prompts: the kNN log distance of its prompt's embedding among the
+    pool's distinct prompts (a prompt asked many times counts once), read back for every pair. `table`: prompt -> embedding."""
+    uniq, inv = np.unique(np.asarray(prompts), return_inverse=True)
+    if not 1 <= k < len(uniq):
+        raise ValueError(f"k must be in [1, {len(uniq) - 1}] for {len(uniq)} distinct prompts, got {k}")
+    return knn_log_distances(np.stack([table[u] for u in uniq]), k)[inv]
 
 
 def _standardise(v):
@@ -503,8 +534,9 @@ def fifa_scores(margin, quality, log_dist, alpha: float = 1.0, gamma: float = 0.
 
 def fifa_select(margin, quality, embeddings, k: int, alpha: float = 1.0, gamma: float = 0.5, n_neighbors: int = 5,
                 standardise: bool = True, clip: float | None = None, log_dist=None) -> np.ndarray:
-    """The indices of the top-k pairs by FiFA's importance score (stable: the lower index wins a tie). `log_dist`, the
-    pairs' kNN log distances, may be passed in to compute them once for several selections."""
+    """The indices of the top-k pairs by FiFA's importance score (stable: the lower index wins a tie). `embeddings`:
+    one row per pair, or pass `log_dist` (`prompt_log_distances`, on deduplicated prompts) to compute it once for
+    several selections."""
     n = len(margin)
     if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or not 1 <= k <= n:
         raise ValueError(f"k must be an int in [1, {n}] (the number of pairs), got {k!r}")
@@ -514,6 +546,15 @@ def fifa_select(margin, quality, embeddings, k: int, alpha: float = 1.0, gamma: 
         log_dist = knn_log_distances(embeddings, n_neighbors) if gamma else np.zeros(n)
     s = fifa_scores(margin, quality, log_dist, alpha, gamma, standardise, clip)
     return np.argsort(-s, kind="stable")[:k]
+
+
+def flip_rate_by_margin(margin, flipped, fracs=(1.0, 0.5, 0.2, 0.1, 0.05, 0.02)) -> np.ndarray:
+    "The share of wrong labels among the top `frac` of the pairs by margin (at least one pair), for each frac."
+    order = np.argsort(-np.asarray(margin, dtype=float), kind="stable")
+    flipped = np.asarray(flipped, dtype=bool)
+    if len(flipped) != len(order) or not len(order):
+        raise ValueError(f"margin and flipped must have one value per pair, got {len(order)} and {len(flipped)}")
+    return np.array([flipped[order[:max(1, int(f * len(order)))]].mean() for f in fracs])
 
 # %% ../../nbs/fifa/02_implementation.ipynb #f262c96b
 @dataclass
