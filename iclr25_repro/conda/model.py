@@ -15,9 +15,9 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 # %% auto #0
-__all__ = ['concept_scores', 'ConceptBank', 'class_statistics', 'mahalanobis', 'csa_loss', 'elastic_net', 'pseudo_labels',
-           'avg_wg', 'fit_temperature', 'train_cbm_head', 'coherency', 'rcb_similarity', 'CONDA', 'adapt_stream',
-           'TentHead']
+__all__ = ['concept_scores', 'ConceptBank', 'class_statistics', 'source_score_scale', 'standardise', 'mahalanobis', 'csa_loss',
+           'elastic_net', 'pseudo_labels', 'avg_wg', 'fit_temperature', 'train_cbm_head', 'coherency', 'rcb_similarity',
+           'CONDA', 'adapt_stream', 'TentHead']
 
 # %% ../../nbs/conda/02_implementation.ipynb #35bfa750
 from ..core.pretrained import (cached_features, encode_images, encode_text, load_image_encoder,
@@ -80,7 +80,10 @@ class ConceptBank:
     def from_examples(cls, positives: dict, negatives, C: float = 0.1, seed: int = 0) -> "ConceptBank":
         """PCBM's concept activation vectors: per concept, a linear SVM separating the features of its examples
         (`positives[name]`, (n_k, d)) from negatives (one array for every concept, or a dict by name); the CAV is the
-        SVM's normal, b its intercept."""
+        SVM's normal, b its intercept. scikit-learn's `LinearSVC` (squared hinge, penalised intercept), where the
+        official code uses `SVC(kernel="linear")` (hinge, free intercept): on unit-norm features at C = 0.1 the free
+        intercept grows large against a small normal, the scores' offsets b/||C_k|| swamp the head, and in a pilot the
+        image CBM fell to a third of its accuracy on the source's own held-out data."""
         from sklearn.svm import LinearSVC
         names, W, B = [], [], []
         for name, pos in positives.items():
@@ -120,6 +123,25 @@ def class_statistics(S, y, n_classes: int, estimator: str = "empirical"):
         mu.append(est.location_)
         prec.append(est.precision_)
     return torch.tensor(np.array(mu), dtype=torch.float32), torch.tensor(np.array(prec), dtype=torch.float32)
+
+
+def source_score_scale(mu, prec) -> torch.Tensor:
+    """Per concept, the standard deviation of the source concept scores (m,), from the class statistics alone (the
+    source data is gone at test time): the mean of the class variances plus the variance of the class means, classes
+    weighted equally. Eq. (5b) penalises the head in these units."""
+    mu, prec = torch.as_tensor(mu, dtype=torch.float64), torch.as_tensor(prec, dtype=torch.float64)
+    if mu.ndim != 2 or prec.shape != (*mu.shape, mu.shape[1]):
+        raise ValueError(f"mu must be (K, m) and prec (K, m, m), got {tuple(mu.shape)} and {tuple(prec.shape)}")
+    within = torch.linalg.inv(prec).diagonal(dim1=1, dim2=2).mean(0)        # (m,)
+    between = mu.var(0, unbiased=False)                                      # (m,)
+    return (within + between).sqrt().float()
+
+
+def standardise(S, mu, prec) -> torch.Tensor:
+    """Eq. (2b): concept scores `S` (N, m) in units of the source: minus the mean of the class means, over
+    `source_score_scale`. An affine map, so Mahalanobis distances (CSA) are unchanged by it."""
+    center = torch.as_tensor(mu, dtype=torch.float32).mean(0)
+    return (_as_tensor(S) - center) / source_score_scale(mu, prec)
 
 
 def mahalanobis(S, mu, prec) -> torch.Tensor:
@@ -215,9 +237,9 @@ def _mean_offdiag_cos(A) -> torch.Tensor:
 
 def rcb_similarity(R, C, sign: str = "intended") -> torch.Tensor:
     """The residual concepts' similarity term. "intended": mean cos(R_i, R_j) + mean cos(R_i, C_k), minimised, so that
-    residual concepts differ from each other and from the bank (the intent the official code's comment states; the
-    paper's equation could not be read); "code": the official code's
-    (1 - mean cos(R_i, R_j)) + (1 - mean cos(R_i, C_k)), whose minimum pulls them together."""
+    residual concepts differ from each other and from the bank (the intent the paper's text and the official code's
+    comment state; no stored copy of the paper's equation could be found to settle the sign); "code": the official
+    code's (1 - mean cos(R_i, R_j)) + (1 - mean cos(R_i, C_k)), whose minimum pulls them together."""
     cross = (F.normalize(R, dim=1) @ F.normalize(C, dim=1).T).mean()
     within = _mean_offdiag_cos(R)
     if sign == "intended":
@@ -236,7 +258,8 @@ class CONDA(nn.Module):
     def __init__(self, bank: ConceptBank, head: nn.Linear, mu, prec, components=("csa", "lpa", "rcb"),
                  steps: int = 20, lr_csa: float = 1e-2, lr_lpa: float = 0.1, lr_rcb: float = 0.1, n_residual: int = 5,
                  w_in: float = 3.0, w_frob: float = 0.1, coh_k: int = 10, w_coh: float = 0.1, w_sim: float = 1.0,
-                 rcb_sign: str = "intended", lpa_reg: float | None = None, seed: int = 0):
+                 rcb_sign: str = "intended", lpa_reg: float | None = None, lpa_penalty: str = "standardised",
+                 seed: int = 0):
         super().__init__()
         unknown = set(components) - {"csa", "lpa", "rcb"}
         if unknown:
@@ -245,17 +268,25 @@ class CONDA(nn.Module):
             raise ValueError(f"the head takes {head.in_features} scores but the bank has {bank.m} concepts")
         if rcb_sign not in ("intended", "code"):
             raise ValueError(f"rcb_sign must be 'intended' or 'code', got {rcb_sign!r}")
+        if lpa_penalty not in ("standardised", "literal"):
+            raise ValueError(f"lpa_penalty must be 'standardised' or 'literal', got {lpa_penalty!r}")
         if steps < 0:
             raise ValueError(f"steps must be >= 0, got {steps}")
         self.components, self.steps, self.rcb_sign = tuple(components), steps, rcb_sign
         self.w_in, self.w_frob, self.coh_k, self.w_coh, self.w_sim = w_in, w_frob, coh_k, w_coh, w_sim
         self.lpa_reg = 1 / (head.out_features * bank.m) if lpa_reg is None else lpa_reg  # official: 1 / (K m)
+        self.lpa_penalty = lpa_penalty
         self.C = nn.Parameter(torch.tensor(bank.C))
         self.b = nn.Parameter(torch.tensor(bank.b))
         self.register_buffer("C_src", torch.tensor(bank.C))
         self.head = copy.deepcopy(head).requires_grad_(True)
         self.register_buffer("mu", torch.as_tensor(mu, dtype=torch.float32))
         self.register_buffer("prec", torch.as_tensor(prec, dtype=torch.float32))
+        # Eq. (2b): the head reads standardised scores; Eq. (5b): the official 1/(Km) elastic net on its weights
+        # ("standardised"), or on the weights it would have on the raw scores, W / sigma ("literal")
+        self.register_buffer("center", self.mu.mean(0))
+        self.register_buffer("scale", source_score_scale(self.mu, self.prec))
+        self.register_buffer("penalty_scale", torch.ones(bank.m) if lpa_penalty == "standardised" else 1 / self.scale)
         K = head.out_features
         g = torch.Generator().manual_seed(seed)
         self.R = nn.Linear(bank.d, n_residual)
@@ -274,6 +305,10 @@ class CONDA(nn.Module):
     def scores(self, phi) -> torch.Tensor:
         return concept_scores(phi, self.C, self.b)
 
+    def inputs(self, phi) -> torch.Tensor:
+        "The head's inputs: the concept scores standardised with the source statistics (Eq. (2b))."
+        return (self.scores(phi) - self.center) / self.scale
+
     def residual(self, phi) -> torch.Tensor:
         "u = normalize(R phi + b_R): unit norm across the residual concepts, per sample."
         return F.normalize(self.R(_as_tensor(phi)), dim=1)
@@ -281,7 +316,7 @@ class CONDA(nn.Module):
     def forward(self, phi) -> torch.Tensor:
         "Logits g(s(phi)) (+ h(u(phi)) once the residual bottleneck is in use)."
         phi = _as_tensor(phi)
-        out = self.head(self.scores(phi))
+        out = self.head(self.inputs(phi))
         return out + self.h(self.residual(phi)) if self.use_residual else out
 
     def _loss(self, part: str, phi, y_hat) -> torch.Tensor:
@@ -290,14 +325,18 @@ class CONDA(nn.Module):
             return csa_loss(self.scores(phi), y_hat, self.mu, self.prec, self.C, self.C_src, self.w_in, self.w_frob)
         if part == "lpa":
             with torch.no_grad():
-                s = self.scores(phi)
-            reg = self.lpa_reg * elastic_net(self.head.parameters())
+                s = self.inputs(phi)
+            reg = self.lpa_reg * self.lpa_penalty_term()
             return F.cross_entropy(self.head(s), y_hat) + reg
         with torch.no_grad():
-            base = self.head(self.scores(phi))
+            base = self.head(self.inputs(phi))
         u = self.residual(phi)
         return (F.cross_entropy(base + self.h(u), y_hat) - self.w_coh * coherency(u, self.coh_k)
                 + self.w_sim * rcb_similarity(self.R.weight, self.C.detach(), self.rcb_sign))
+
+    def lpa_penalty_term(self) -> torch.Tensor:
+        "Eq. (5b): the elastic net of the head's weights (in the chosen units) and of its bias."
+        return elastic_net([self.head.weight * self.penalty_scale, self.head.bias])
 
     def adapt(self, phi, y_hat) -> torch.Tensor:
         "Adapt on one target batch (features `phi`, pseudo-labels `y_hat`); returns the adapted model's predictions."
@@ -346,15 +385,17 @@ class TentHead(nn.Module):
     `steps` Adam steps per target batch on the mean prediction entropy; no pseudo-labels. Defaults: TENT's own
     (one step per batch, Adam at 1e-3)."""
 
-    def __init__(self, bank: ConceptBank, head: nn.Linear, steps: int = 1, lr: float = 1e-3):
+    def __init__(self, bank: ConceptBank, head: nn.Linear, mu, prec, steps: int = 1, lr: float = 1e-3):
         super().__init__()
         self.C, self.b = torch.tensor(bank.C), torch.tensor(bank.b)
+        self.center = torch.as_tensor(mu, dtype=torch.float32).mean(0)  # Eq. (2b), as the CBM's head reads them
+        self.scale = source_score_scale(mu, prec)
         self.head = copy.deepcopy(head).requires_grad_(True)
         self.steps = steps
         self.opt = torch.optim.Adam(self.head.parameters(), lr=lr)
 
     def forward(self, phi):
-        return self.head(concept_scores(phi, self.C, self.b))
+        return self.head((concept_scores(phi, self.C, self.b) - self.center) / self.scale)
 
     def adapt(self, phi, y_hat=None):
         phi = _as_tensor(phi)
