@@ -332,17 +332,17 @@ def make_claims(rows, seeds, cfg) -> list[dict]:
     "The claims and checks, each decided by the rule written in it from the measured rows."
     out = []
     N = cfg.claim_teachers
-    # Adult's downstream numbers, and its generator's utility, inform the claims only if the base's synthetic data
-    # carry class signal: a competence gate
-    adult_gates = []
-    if "adult" in cfg.worlds:
-        kw = dict(world="adult", n_teachers=N)
+    # a world's utility and downstream numbers inform the claims only if the base's synthetic data carry class
+    # signal: a competence gate per world (the base's downstream accuracy reaches the majority-class rate)
+    competence = {}
+    for world in cfg.worlds:
+        kw = dict(world=world, n_teachers=N)
         a_b = per_seed(rows, seeds, "accuracy", arm="base", **kw)
         majority = per_seed(rows, seeds, "majority_rate", arm="base", **kw)
-        adult_gates = [gate("base's downstream accuracy minus the majority-class rate (worst seed)",
-                            float(np.min(a_b - majority)), 0.0, "higher")]
-    gate_rule = (" Gate: the base's downstream accuracy on Adult reaches the test set's majority-class rate in every "
-                 "seed (else not run: the synthetic data carry too little class signal).")
+        competence[world] = [gate("base's downstream accuracy minus the majority-class rate (worst seed)",
+                                  float(np.min(a_b - majority)), 0.0, "higher")]
+    gate_rule = lambda world: (f" Gate: the base's downstream accuracy on {world} reaches the test set's majority-class "
+                               "rate in every seed (else not run: the synthetic data carry too little class signal).")
     for world in cfg.worlds:
         kw = dict(world=world, n_teachers=N)
         fd_b, fd_p = per_seed(rows, seeds, "fd", arm="base", **kw), per_seed(rows, seeds, "fd", arm="PFGuard", **kw)
@@ -365,10 +365,8 @@ def make_claims(rows, seeds, cfg) -> list[dict]:
             rule=f"Paired over seeds: the 95% t interval of log(W_PFGuard / W_base) within the band (-inf, "
                  f"log({UTILITY_TOLERANCE})] (at most {UTILITY_TOLERANCE - 1:.0%} worse, delta = "
                  f"log({UTILITY_TOLERANCE})): inside reproduced, wholly above not reproduced, across the edge "
-                 "inconclusive."
-                 + (gate_rule if world == "adult" else ""),
-            band=(None, d2), delta=d2, delta_reason=why2,
-            gates=adult_gates if world == "adult" else [],
+                 "inconclusive." + gate_rule(world),
+            band=(None, d2), delta=d2, delta_reason=why2, gates=competence[world],
             note=(f"Frechet distance in a digits classifier's feature space: base "
                   f"{per_seed(rows, seeds, 'frechet', arm='base', **kw).mean():.3g}, PFGuard "
                   f"{per_seed(rows, seeds, 'frechet', arm='PFGuard', **kw).mean():.3g}." if world == "digits" else "")))
@@ -399,8 +397,8 @@ def make_claims(rows, seeds, cfg) -> list[dict]:
             "C2-eo-adult", "A classifier trained on PFGuard's synthetic Adult data has a smaller equalized-odds gap "
                            "between the sexes on real data.", "equalized-odds difference (fairlearn)", paper=None,
             ours=float(g_p.mean()), baseline=float(g_b.mean()), interval=iv,
-            rule=f"Paired over seeds: decide(95% t interval of gap(base) - gap(PFGuard), delta = {d})." + gate_rule,
-            delta=d, delta_reason=why, better="higher", gates=adult_gates,
+            rule=f"Paired over seeds: decide(95% t interval of gap(base) - gap(PFGuard), delta = {d})." + gate_rule("adult"),
+            delta=d, delta_reason=why, better="higher", gates=competence["adult"],
             note=base_vs_majority + f"PFGuard's gap {g_p.mean():.3f}."))
         iv = paired_interval(a_p, a_b, method="t", of="accuracy(PFGuard) - accuracy(base), Adult")
         d, why = DELTAS["C2-accuracy-adult"]
@@ -410,8 +408,8 @@ def make_claims(rows, seeds, cfg) -> list[dict]:
             ours=float(a_p.mean()), baseline=float(a_b.mean()), interval=iv,
             rule=f"Paired over seeds: the 95% t interval of acc(PFGuard) - acc(base) within the band [-{d}, inf) "
                  f"(non-inferiority, margin delta = {d}): inside reproduced, wholly below not reproduced, across the "
-                 "edge inconclusive." + gate_rule,
-            band=(-d, None), delta=d, delta_reason=why, gates=adult_gates,
+                 "edge inconclusive." + gate_rule("adult"),
+            band=(-d, None), delta=d, delta_reason=why, gates=competence["adult"],
             note=base_vs_majority + f"PFGuard's accuracy {a_p.mean():.3f}."))
     # the second conflict
     fd = {o: per_seed(rows, seeds, "fd", world="blobs, DP-SGD", order=o) for o in DP_ORDERS}
@@ -439,7 +437,8 @@ def make_claims(rows, seeds, cfg) -> list[dict]:
     out.append(check(
         "K3-after-clipping-epsilon", "Weighting after clipping at the nominal noise has a larger true epsilon.",
         "epsilon", ours=float(e["after"].mean()), passed=bool(np.all(e["after"] > e["before"])),
-        rule="Asserted: with sensitivity max(w) C the epsilon exceeds the nominal one, in every seed.",
+        rule="Asserted: with sensitivity max(w) C the epsilon (dp-accounting, Poisson sampling, add/remove) "
+             "exceeds the nominal one, in every seed.",
         note=f"nominal {e['before'].mean():.2f}, true {e['after'].mean():.2f}."))
     return out
 

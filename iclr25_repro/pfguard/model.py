@@ -15,7 +15,7 @@ from torch import nn
 
 # %% auto #0
 __all__ = ['ADULT_FEATURES', 'partition', 'duplicate_then_partition', 'max_partitions_per_record', 'group_ids', 'balanced_ratios',
-           'estimate_ratios', 'sir_weights', 'FairSampler', 'gswgan_epsilon', 'dpsgd_epsilon', 'sanitise',
+           'estimate_ratios', 'sir_weights', 'FairSampler', 'gswgan_epsilon', 'dpsgd_epsilon', 'sanitise', 'rescale',
            'mlp_forward', 'BatchedMLP', 'Arm', 'RowAdam', 'GSWGAN', 'fairness_discrepancy', 'sliced_wasserstein',
            'frechet_distance', 'cell_utility', 'load_adult', 'adult_arrays', 'mixture_nll', 'weighted_clip',
            'DPMixture']
@@ -82,7 +82,7 @@ def estimate_ratios(x, x_ref, C: float = 1.0, max_iter: int = 1000) -> np.ndarra
 
 # %% ../../nbs/pfguard/02_implementation.ipynb #5123fc0f
 def sir_weights(r, improved: bool = True) -> np.ndarray:
-    """Resampling probabilities inside one partition from importance weights r (Eq. (3)): standard SIR pi_i ~ r_i;
+    """Resampling probabilities inside one partition from importance weights r (Eq. (5)): standard SIR pi_i ~ r_i;
     improved SIR pi_i ~ r_i / (S - r_i) with S = sum_j r_j (Skare et al., 2003)."""
     r = np.asarray(r, float)
     if r.ndim != 1 or len(r) == 0:
@@ -115,15 +115,27 @@ class FairSampler(torch.utils.data.Sampler):
 
 # %% ../../nbs/pfguard/02_implementation.ipynb #3d3c3dd6
 def gswgan_epsilon(n_teachers: int, sigma: float, steps: int, batch: int, delta: float = 1e-5,
-                   copies: int = 1) -> float:
-    """GS-WGAN's epsilon with autodp (the accountant GS-WGAN used): steps * batch sanitised gradients, each a Gaussian
-    mechanism of noise multiplier sigma, subsampled at rate copies / n_teachers (the chance that a teacher holding
-    the record is picked; copies > 1 when the record was duplicated into several partitions)."""
-    from autodp import rdp_acct, rdp_bank
+                   copies: int = 1, accountant: str = "autodp") -> float:
+    """GS-WGAN's epsilon: steps * batch sanitised gradients, each a Gaussian mechanism of noise multiplier sigma
+    (sensitivity 2C/B under replace-one neighbours), subsampled by drawing one teacher of n_teachers without
+    replacement, at rate copies / n_teachers (the chance that a teacher holding the record is picked; copies > 1 when
+    the record was duplicated into several partitions). `accountant` 'autodp' (the accountant GS-WGAN used) or
+    'dp_accounting' (SampledWithoutReplacementDpEvent under REPLACE_ONE, the like-for-like cross-check; copies = 1)."""
     if sigma <= 0:
         raise ValueError(f"sigma must be positive, got {sigma}")
     if not 1 <= copies <= n_teachers:
         raise ValueError(f"copies must lie in 1..n_teachers, got {copies}")
+    if accountant == "dp_accounting":
+        if copies != 1:
+            raise ValueError("the dp_accounting cross-check covers one copy per record (copies = 1)")
+        import dp_accounting as dpa
+        acc = dpa.rdp.RdpAccountant(neighboring_relation=dpa.NeighboringRelation.REPLACE_ONE)
+        acc.compose(dpa.SelfComposedDpEvent(dpa.SampledWithoutReplacementDpEvent(
+            int(n_teachers), 1, dpa.GaussianDpEvent(sigma)), int(steps) * int(batch)))
+        return float(acc.get_epsilon(delta))
+    if accountant != "autodp":
+        raise ValueError(f"accountant must be 'autodp' or 'dp_accounting', got {accountant!r}")
+    from autodp import rdp_acct, rdp_bank
     acct = rdp_acct.anaRDPacct()
     acct.compose_subsampled_mechanism(lambda a: rdp_bank.RDP_gaussian({"sigma": sigma}, a), copies / n_teachers,
                                       coeff=int(steps) * int(batch))
@@ -131,24 +143,33 @@ def gswgan_epsilon(n_teachers: int, sigma: float, steps: int, batch: int, delta:
 
 
 def dpsgd_epsilon(q: float, sigma: float, steps: int, delta: float = 1e-5, weight: float = 1.0,
-                  accountant: str = "autodp") -> float:
-    """The epsilon of `steps` subsampled Gaussian mechanisms at rate q whose sensitivity is `weight` times the
-    clipping bound: the noise multiplier is effectively sigma / weight. `accountant` is 'autodp' or 'dp_accounting'
-    (Poisson subsampling, add/remove neighbours)."""
+                  accountant: str = "dp_accounting") -> float:
+    """DP-SGD's epsilon: `steps` Gaussian mechanisms on batches drawn by Poisson sampling at rate q, with add/remove
+    neighbours, whose sensitivity is `weight` times the clipping bound C (one record's term) and whose noise is
+    sigma * C: the noise multiplier is effectively sigma / weight. `accountant` 'dp_accounting' (PoissonSampledDpEvent,
+    RDP; the chapter's number) or 'autodp' (its Poisson-subsampled RDP bound, the like-for-like cross-check). q = 1
+    is no subsampling."""
     if sigma <= 0:
         raise ValueError(f"sigma must be positive, got {sigma}")
     if weight <= 0:
         raise ValueError(f"weight must be positive, got {weight}")
+    if not 0 < q <= 1:
+        raise ValueError(f"q must lie in (0, 1], got {q}")
     s = sigma / weight
     if accountant == "autodp":
         from autodp import rdp_acct, rdp_bank
         acct = rdp_acct.anaRDPacct()
-        acct.compose_subsampled_mechanism(lambda a: rdp_bank.RDP_gaussian({"sigma": s}, a), q, coeff=int(steps))
+        mech = lambda a: rdp_bank.RDP_gaussian({"sigma": s}, a)
+        if q == 1:
+            acct.compose_mechanism(mech, coeff=int(steps))
+        else:
+            acct.compose_poisson_subsampled_mechanisms(mech, q, coeff=int(steps))
         return float(acct.get_eps(delta))
     if accountant == "dp_accounting":
         import dp_accounting as dpa
         acc = dpa.rdp.RdpAccountant()
-        acc.compose(dpa.SelfComposedDpEvent(dpa.PoissonSampledDpEvent(q, dpa.GaussianDpEvent(s)), int(steps)))
+        event = dpa.GaussianDpEvent(s) if q == 1 else dpa.PoissonSampledDpEvent(q, dpa.GaussianDpEvent(s))
+        acc.compose(dpa.SelfComposedDpEvent(event, int(steps)))
         return float(acc.get_epsilon(delta))
     raise ValueError(f"accountant must be 'autodp' or 'dp_accounting', got {accountant!r}")
 
@@ -164,6 +185,13 @@ def sanitise(grad: torch.Tensor, clip: float, sigma: float | torch.Tensor, sensi
     sigma = torch.as_tensor(sigma, dtype=grad.dtype, device=grad.device)
     noise = torch.randn(grad.shape, generator=generator, dtype=grad.dtype, device=grad.device)
     return clipped + sigma * sensitivity * bound * noise
+
+
+def rescale(grad: torch.Tensor, clip: float) -> torch.Tensor:
+    """GS-WGAN's non-private hook: every fake's gradient (shape (..., B, d)) scaled to norm exactly clip / B (a
+    direction, no noise)."""
+    B = grad.shape[-2]
+    return grad * ((clip / B) / (grad.norm(dim=-1, keepdim=True) + 1e-10))
 
 # %% ../../nbs/pfguard/02_implementation.ipynb #dddf6044
 def mlp_forward(params, x: torch.Tensor, act=nn.functional.leaky_relu) -> torch.Tensor:
@@ -261,7 +289,8 @@ class GSWGAN:
     """GS-WGAN (Chen et al., 2020) for several arms at once: each arm has a conditional generator and one WGAN-GP
     critic (teacher) per partition. Each step picks one random teacher per arm, trains it for `critic_iters` steps
     on its partition (drawn by its sampler), and passes the generator only the sanitised gradient of its fakes
-    w.r.t. that teacher. The arms are independent; they are batched for speed."""
+    w.r.t. that teacher. Samples come from an exponential moving average of the generator (GS-WGAN's `netGS`, decay
+    0.999). The arms are independent; they are batched for speed."""
     def __init__(self, x, y, arms: list[Arm], noise_dim: int = 8, hidden: int = 64, batch: int = 32,
                  lr_g: float = 1e-4, lr_d: float = 1e-4, betas=(0.5, 0.9), gp: float = 10.0, drift: float = 1e-3,
                  clip: float = 1.0, ema: float = 0.99, seed: int = 0, device="cpu"):
@@ -321,11 +350,12 @@ class GSWGAN:
         return float((d_real.mean() - d_fake.mean()).detach())
 
     def generator_step(self, teachers: torch.Tensor):
-        "One step of every arm's generator against its teacher, through the sanitiser (private arms)."
-        y = torch.multinomial(self.class_prior, self.R * self.batch, replacement=True,
-                              generator=self.gen).view(self.R, self.batch)
+        """One step of every arm's generator against its teacher, through the sanitiser (private arms) or GS-WGAN's
+        non-private hook (`rescale`). The fakes' labels are drawn uniformly over the classes, as GS-WGAN does."""
+        y = torch.randint(0, self.n_classes, (self.R, self.batch), generator=self.gen, device=self.device)
         fake = self.generate(y, grad=True)
-        fake.register_hook(lambda g: torch.where(self.private, sanitise(g, self.clip, self.sigma, generator=self.gen), g))
+        fake.register_hook(lambda g: torch.where(self.private, sanitise(g, self.clip, self.sigma, generator=self.gen),
+                                                 rescale(g, self.clip)))
         loss = -self.D(torch.cat([fake, self._onehot(y)], -1), select=teachers).mean(-2).sum()
         self.opt_g.zero_grad()
         loss.backward()
@@ -484,7 +514,8 @@ def weighted_clip(grads, weights, clip: float, order: str):
 class DPMixture:
     """A class-conditional Gaussian mixture (K components per class) trained by DP-SGD with per-sample weights, the
     setting of the second privacy-fairness conflict: per-sample gradients (torch.func), weights before or after
-    clipping, Gaussian noise sigma * C on the sum, Adam on the noisy mean."""
+    clipping, Gaussian noise sigma * C on the sum, Adam on the noisy sum over the expected batch size. Batches are
+    Poisson samples at rate q = batch / n, the sampling that `dpsgd_epsilon` accounts for."""
     def __init__(self, x, y, weights=None, order: str = "none", n_components: int = 2, clip: float = 1.0,
                  sigma: float = 1.0, batch: int = 64, lr: float = 0.05, seed: int = 0):
         if sigma <= 0:
@@ -501,7 +532,7 @@ class DPMixture:
         self.params = [mu.clone().requires_grad_(True), torch.zeros(C, n_components, requires_grad=True),
                        torch.zeros(C, n_components, requires_grad=True)]
         self.opt = torch.optim.Adam(self.params, lr)
-        self.clipped_share = []
+        self.clipped_share, self.batch_sizes = [], []
 
     def per_sample_grads(self, xb, yb):
         "The gradient of every record's NLL w.r.t. each parameter, shape (B, ...) (torch.func.vmap of grad)."
@@ -511,12 +542,17 @@ class DPMixture:
         return list(vmap(grad(mixture_nll), in_dims=(None, 0, 0))(p, xb, onehot))
 
     def step(self):
-        i = torch.randint(0, len(self.x), (self.batch,), generator=self.gen)
-        grads = self.per_sample_grads(self.x[i], self.y[i])
-        summed, share = weighted_clip(grads, self.w[i], self.clip, self.order)
-        self.clipped_share.append(share)
+        "One DP-SGD step on a Poisson sample (each record in with probability batch / n), noise on the clipped sum."
+        i = torch.nonzero(torch.rand(len(self.x), generator=self.gen) < self.batch / len(self.x)).squeeze(-1)
+        self.batch_sizes.append(len(i))
+        if len(i) == 0:  # an empty Poisson sample: the noise alone
+            summed = [torch.zeros_like(p) for p in self.params]
+        else:
+            grads = self.per_sample_grads(self.x[i], self.y[i])
+            summed, share = weighted_clip(grads, self.w[i], self.clip, self.order)
+            self.clipped_share.append(share)
         for p, g in zip(self.params, summed):
-            p.grad = (g + self.sigma * self.clip * torch.randn(g.shape, generator=self.gen)) / self.batch
+            p.grad = (g + self.sigma * self.clip * torch.randn(g.shape, generator=self.gen)) / self.batch  # expected size
         self.opt.step()
 
     def fit(self, steps: int):
