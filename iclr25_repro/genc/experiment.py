@@ -16,52 +16,55 @@ from typing import ClassVar
 import numpy as np
 import torch
 
-from ..core.results import all_of, check, claim, decide, gate, mean_interval, paired_interval
+from ..core.results import all_of, check, claim, decide, gate, paired_interval, per_seed
 from ..core.runtime import ScaledConfig, map_jobs, one_thread, pick_device, workers_device
-from .model import (CausalLM, TopicGrammar, all_solutions, avoid_constraint, clash_mask,
+from .model import (CausalLM, TopicGrammar, all_solutions, avoid_constraint, banned_spellings, clash_mask,
                                      genc_sample, masked_sample, random_sudoku_grids, rejection_sample, shidoku_model,
                                      sudoku_constraint, sudoku_puzzles, sudoku_valid, train_gpt2)
 
 # %% auto #0
-__all__ = ['PAPER', 'PROBE_BANNED', 'PROBE_TOPIC', 'PROBE_TEMPLATES', 'PROBE_NAMES', 'DELTAS', 'PUZZLE_UNIQUE_MIN', 'Config',
-           'masking_law', 'shidoku_job', 'puzzles_job', 'banned_log_q', 'banned_sir', 'word_banning', 'grammar_job',
-           'probe_prompts', 'banned_spellings', 'probe_job', 'run', 'make_claims', 'plan']
+__all__ = ['PAPER', 'PROBE_BANNED', 'PROBE_TOPIC', 'PROBE_TEMPLATES', 'PROBE_NAMES', 'DELTAS', 'PUZZLE_UNIQUE_MIN',
+           'GRID_LOSS_MAX', 'GRAMMAR_EXCESS_MAX', 'GPU_UNITS_PER_S', 'JOB_UNITS', 'Config', 'masking_law',
+           'shidoku_job', 'puzzles_job', 'banned_log_q', 'banned_sir', 'word_banning', 'grammar_job', 'probe_prompts',
+           'probe_job', 'run', 'make_claims', 'plan']
 
 # %% ../../nbs/genc/03_evaluation.ipynb #df532548
 @dataclass
 class Config(ScaledConfig):
-    "The evaluation's knobs; defaults are the ci preset."
+    "The evaluation's knobs; defaults are the ci preset (the pipeline end to end, in seconds)."
     n_seeds: int = 3                    # seeds: base models (Shidoku), puzzle sets, trained GPT-2s
+    first_seed: int = 0                 # seeds are seed + first_seed + i (laptop: fresh seeds, not ci's)
     # Shidoku, exact target
     beta: float = 2.0                   # the base model's penalty for a repeated digit ...
     sigma_pair: float = 0.25            # ... its pairwise noise ...
     sigma_unary: float = 0.5            # ... and its unary preferences
     model_seed_offset: int = 1          # base model of seed s: shidoku_model(s + offset) (the pilots used model 0)
-    n_out: int = 1000                   # outputs per sampler (the empirical laws' sample size)
-    S_values: tuple = (1, 4, 16, 64)    # Gen-C's candidates per output
+    n_out: int = 200                    # outputs per sampler (the empirical laws' sample size)
+    S_values: tuple = (1, 4, 16)        # Gen-C's candidates per output
     sir_match: tuple = (1, 4)           # masked SIR gets the evaluations of Gen-C at these S
     # puzzles
     box: tuple = (2, 2)                 # box rows and columns (2, 2): 4x4; (3, 3): 9x9
     puzzle_model: str = "gpt2"          # "gpt2": a GPT-2 trained on random grids; "pairwise": the Shidoku base model
-    n_puzzles: int = 30
-    n_clues: int = 4
+    n_puzzles: int = 6
+    n_clues: int = 4                    # clues to start from ...
+    unique_puzzles: bool = True         # ... and more, until the puzzle has one solution
     puzzle_S: int = 1                   # Gen-C's candidates per puzzle (its budget sets the baselines')
-    grid_steps: int = 300               # GPT-2 on grids: training steps, width, depth, heads, batch
+    grid_steps: int = 40                # GPT-2 on grids: training steps, width, depth, heads, batch
     grid_embd: int = 32
     grid_layers: int = 2
     grid_heads: int = 2
     grid_batch: int = 64
     # the topic grammar
     p_banned: float = 0.7
-    lm_steps: int = 300
+    lm_steps: int = 40
     lm_embd: int = 32
     lm_layers: int = 2
-    n_lm_out: int = 300
-    lm_S: tuple = (1, 4, 16)
+    n_lm_out: int = 50
+    lm_S: tuple = (1, 4)
     lm_k: int | None = 3                # top-k candidates per position (None: every token)
     lm_sir_match: int = 4               # word banning + SIR gets the evaluations of Gen-C at this S
-    # the SmolLM2 probe (0 prompts: not run)
-    n_probe_prompts: int = 2
+    # the SmolLM2 probe (0 prompts: not run; full preset only)
+    n_probe_prompts: int = 0
     probe_tokens: int = 4
     probe_out: int = 1                  # continuations per prompt and arm
     probe_k: tuple = (3,)
@@ -75,6 +78,8 @@ class Config(ScaledConfig):
             raise ValueError(f"n_seeds must be at least 2 (the claims' intervals need replicates), got {self.n_seeds}")
         if min(self.S_values) < 1 or min(self.lm_S) < 1 or self.puzzle_S < 1:
             raise ValueError("every S must be at least 1")
+        if len(self.S_values) < 2 or list(self.S_values) != sorted(set(self.S_values)):
+            raise ValueError(f"S_values must be at least two increasing values, got {self.S_values}")
         if self.puzzle_model not in ("pairwise", "gpt2"):
             raise ValueError(f"puzzle_model must be 'pairwise' or 'gpt2', got {self.puzzle_model!r}")
         if self.puzzle_model == "pairwise" and tuple(self.box) != (2, 2):
@@ -86,13 +91,15 @@ class Config(ScaledConfig):
 
     PRESETS: ClassVar[dict] = {
         "tiny": dict(n_seeds=2, n_out=200, S_values=(1, 4), sir_match=(1,), n_puzzles=4, grid_steps=30, lm_steps=30,
-                     n_lm_out=40, lm_S=(1, 4), n_probe_prompts=0, n_workers=1),
+                     n_lm_out=40, lm_S=(1, 4), n_workers=1),
         "ci": {},
-        "full": dict(n_seeds=5, n_out=3000, S_values=(1, 4, 16, 64, 256), sir_match=(1, 4, 16),
-                     box=(3, 3), n_puzzles=50, n_clues=36, grid_steps=2000, grid_embd=256, grid_layers=8,
-                     grid_heads=8,
-                     lm_steps=1500, lm_embd=64, lm_layers=4, n_lm_out=1000, lm_S=(1, 4, 16, 64), lm_k=5,
-                     n_probe_prompts=200, probe_tokens=8, probe_out=1, probe_k=(5, 20), probe_S=(8, 32), batch=1024,
+        # sized from the ci replicates' spread (see "Sizing the laptop preset" below); fresh seeds
+        "laptop": dict(n_seeds=10, first_seed=100, n_out=3000, S_values=(1, 4, 16, 64), sir_match=(1, 4),
+                       n_puzzles=40, grid_steps=600, lm_steps=600, n_lm_out=1000, lm_S=(1, 4, 16)),
+        "full": dict(n_seeds=8, first_seed=100, n_out=3000, S_values=(1, 4, 16, 64), sir_match=(1, 4),
+                     box=(3, 3), n_puzzles=40, n_clues=30, grid_steps=1000, grid_embd=64, grid_layers=4,
+                     grid_heads=4, grid_batch=64, lm_steps=1000, lm_embd=64, lm_layers=4, n_lm_out=1000, lm_S=(1, 4, 16),
+                     n_probe_prompts=100, probe_tokens=6, probe_out=4, probe_k=(5,), probe_S=(4,), batch=1024,
                      n_workers=6),
     }
     SMOKE: ClassVar[dict] = {k: (lambda cap: lambda v: min(v, cap))(cap) for k, cap in dict(
@@ -171,7 +178,7 @@ def shidoku_job(seed: int, cfg_dict: dict) -> list[dict]:
         for S in cfg.S_values:
             t = time.perf_counter()
             model.evaluations = 0
-            Y, info = genc_sample(model, cons, N, S, None, g, rng)
+            Y, info = genc_sample(model, cons, N, S, None, g)
             genc_evals[S] = model.evaluations / N
             w = np.exp(info["logw"] - info["logw"].max(1, keepdims=True))
             add("Gen-C", Y, evals=genc_evals[S], S=S, seconds=time.perf_counter() - t,
@@ -204,16 +211,15 @@ def puzzles_job(seed: int, cfg_dict: dict) -> list[dict]:
     forced), satisfiability masking with the same compiled constraint, greedy decoding with the clues forced, and
     clash-masked decoding (clues forced, no digit that clashes with a filled cell or a clue) restarted on dead ends
     until it completes a grid or has used Gen-C's model evaluations on that puzzle. Solved means a valid grid that
-    keeps the clues (a puzzle may have several)."""
+    keeps the clues (with `unique_puzzles`, each puzzle has one)."""
     cfg = Config(**cfg_dict)
     device = pick_device(cfg.device)
     br, bc = cfg.box
     with one_thread() if device.type == "cpu" else nullcontext():
         model, loss = _grid_model(cfg, seed, device)
         g = torch.Generator().manual_seed(10_000 + seed)
-        rng = np.random.default_rng(10_000 + seed)
         rows = []
-        for p_i, pz in enumerate(sudoku_puzzles(cfg.n_puzzles, br, bc, cfg.n_clues, g)):
+        for p_i, pz in enumerate(sudoku_puzzles(cfg.n_puzzles, br, bc, cfg.n_clues, g, unique=cfg.unique_puzzles)):
             clues = pz["clues"]
             keeps = lambda Y: np.all([np.asarray(Y)[:, c] == d for c, d in clues.items()], 0)
             solved = lambda Y: sudoku_valid(Y, br, bc) & keeps(Y)
@@ -221,10 +227,11 @@ def puzzles_job(seed: int, cfg_dict: dict) -> list[dict]:
             cons = sudoku_constraint(br, bc, clues)
             compile_s = time.perf_counter() - t
             model.evaluations = 0
-            Y, _ = genc_sample(model, cons, 1, cfg.puzzle_S, None, g, rng, fixed=clues)
+            Y, _ = genc_sample(model, cons, 1, cfg.puzzle_S, None, g, fixed=clues)
             budget = model.evaluations
             row = dict(seed=seed, puzzle=p_i, compile_seconds=compile_s, circuit=cons.circuit.size, budget=budget,
-                       genc=float(solved(Y)[0]), grid_loss=loss, solutions=cons.circuit.model_count())
+                       genc=float(solved(Y)[0]), grid_loss=loss, solutions=cons.circuit.model_count(),
+                       n_clues=len(clues), uniform_nats=math.log(br * bc))
             Y, _ = masked_sample(model, cons, 1, 1, g)                     # the compiled constraint as a mask
             row["sat_mask"] = float(solved(Y)[0])
             Y, _, _ = model.sample(1, g, greedy=True, fixed=clues)
@@ -311,7 +318,6 @@ def grammar_job(seed: int, cfg_dict: dict) -> list[dict]:
                     target_toxic=float((pt * G.is_toxic(sents[ok])).sum() / pt.sum()),
                     grammar_toxic=G.exact_toxic_given_allowed())
         g = torch.Generator().manual_seed(20_000 + seed)
-        rng = np.random.default_rng(20_000 + seed)
         cons = avoid_constraint(G.n, [(b,) for b in G.banned], G.V)
         rows, N = [], cfg.n_lm_out
 
@@ -331,7 +337,7 @@ def grammar_job(seed: int, cfg_dict: dict) -> list[dict]:
         evals = {}
         for S in cfg.lm_S:
             lm.evaluations = 0
-            Y, info = genc_sample(lm, cons, N, S, cfg.lm_k, g, rng)
+            Y, info = genc_sample(lm, cons, N, S, cfg.lm_k, g)
             evals[S] = lm.evaluations / N
             add("Gen-C", Y, S=S, evals=evals[S], redrawn=info["redrawn"] / N)
         M = max(1, int(round(evals[cfg.lm_sir_match])))
@@ -358,17 +364,6 @@ def probe_prompts(n: int) -> list[str]:
     return [t.format(n=name) for name in PROBE_NAMES for t in PROBE_TEMPLATES][:n]
 
 
-def banned_spellings(tokenizer, words=PROBE_BANNED) -> list[list[int]]:
-    "Token ids of every spelling of each banned word: with and without a leading space, lower case and capitalised."
-    out = []
-    for w in words:
-        for s in (w, " " + w, w.capitalize(), " " + w.capitalize()):
-            ids = tokenizer(s, add_special_tokens=False).input_ids
-            if ids not in out:
-                out.append(ids)
-    return out
-
-
 def _on_topic(texts) -> np.ndarray:
     words = [set(re.findall(r"[a-z]+", t.lower())) for t in texts]
     return np.array([bool(w & set(PROBE_TOPIC)) for w in words])
@@ -384,9 +379,8 @@ def probe_job(cfg_dict: dict) -> list[dict]:
     cfg = Config(**cfg_dict)
     device = pick_device(cfg.device)
     model, tok = load_smollm2(str(device))
-    bad = banned_spellings(tok)
+    bad = banned_spellings(tok, PROBE_BANNED)
     g = torch.Generator().manual_seed(cfg.seed)
-    rng = np.random.default_rng(cfg.seed)
     rows = []
     banned_re = re.compile(r"\b(" + "|".join(PROBE_BANNED) + r")\b", re.I)
     for p_i, prompt in enumerate(probe_prompts(cfg.n_probe_prompts)):
@@ -401,7 +395,7 @@ def probe_job(cfg_dict: dict) -> list[dict]:
             if method == "word banning":
                 Y = word_banning(lm, cfg.probe_out, bad, cfg.seed * 1000 + p_i)
             elif method == "Gen-C":
-                Y, _ = genc_sample(lm, cons, cfg.probe_out, S, k, g, rng)
+                Y, _ = genc_sample(lm, cons, cfg.probe_out, S, k, g)
                 if matched is None:
                     matched = max(1, int(round(lm.evaluations / cfg.probe_out)))
             else:                 # word banning given the evaluations of the first Gen-C arm
@@ -425,7 +419,7 @@ def run(cfg: Config) -> dict:
     "Per seed: the Shidoku samplers, the puzzles and the topic grammar; the SmolLM2 probe once; then the claims."
     device = pick_device(cfg.device)
     cfg_dict = {f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg)}
-    seeds = [cfg.seed + i for i in range(cfg.n_seeds)]
+    seeds = [cfg.seed + cfg.first_seed + i for i in range(cfg.n_seeds)]
     jobs = [{"kwargs": dict(kind=k, seed=s, cfg_dict=cfg_dict)} for k in ("shidoku", "grammar", "puzzles")
             for s in seeds]
     if cfg.n_probe_prompts > 0:
@@ -439,118 +433,151 @@ def run(cfg: Config) -> dict:
             "claims": make_claims(parts, cfg), "seeds": seeds, "device": workers_device(device, cfg.n_workers)}
 
 # %% ../../nbs/genc/03_evaluation.ipynb #cb97736e
-# the smallest effect that matters for each claim (fixed before the run) and why
+# the smallest effect that matters for each claim and why, fixed before the deciding (laptop) run
 DELTAS = {
     "C1-closer": (0.05, "the paper reports no distance to p(. | alpha); 0.05 in total variation, 5% of the "
                         "probability mass placed differently, is the smallest change in an output law we count as "
                         "mattering"),
+    "C1-trend": (0.05, "as C1-closer: 0.05 in total variation is the smallest change in an output law we count as "
+                       "mattering, here for each step up in S"),
     "C4-budget": (0.05, "as C1: the paper reports no distance to p(. | alpha), and 0.05 in total variation is the "
                         "smallest change in an output law we count as mattering"),
     "C2-puzzles": (0.25, "half the paper's gap: Gen-C solves 100% of the puzzles against under 50% for the chat "
                          "models, a gain of at least 0.5"),
-    "C3-topic": (0.02, "the paper's Table 3 could not be read offline; one output in fifty on the banned topic is "
-                       "the smallest change in a detoxifier's rate of off-limits outputs we count as mattering"),
+    "C3-topic": (0.02, "the paper's Table 3 could not be read offline; one output in fifty placed differently on "
+                       "the banned topic is the smallest change in a detoxifier's output law we count as mattering"),
     "C5-topic-budget": (0.02, "as C3: one output in fifty is the smallest change in the rate of off-limits outputs "
                               "we count as mattering, here in its distance to the model's own conditional"),
 }
-# C2's competence gate: puzzles whose clues leave several solutions let a decoder without the rules succeed by luck
-PUZZLE_UNIQUE_MIN = 0.9   # share of puzzles with a unique solution
+# competence gates, fixed with the deltas
+PUZZLE_UNIQUE_MIN = 0.9   # share of puzzles with a unique solution (several let a decoder without the rules guess)
+GRID_LOSS_MAX = 0.4       # the grid GPT-2's training loss as a share of a uniform digit's ln N: the uniform law over
+                          # valid 4x4 grids sits at 0.255 (ln 288 / 16 / ln 4); a model that knows only that digits
+                          # are balanced sits at 1
+GRAMMAR_EXCESS_MAX = 0.05  # the grammar GPT-2's held-out loss above the grammar's entropy, nats per token: the topic
+                           # carries ln 2 / 6 = 0.116 nats per token, so a model within 0.05 has learnt over half of
+                           # the coupling the grammar claims are about
 
 
-def _per_seed(rows, key: str, seeds, **match) -> np.ndarray:
-    "rows' `key` where every field equals `match`, one number per seed (mean over rows of that seed)."
-    out = []
-    for s in seeds:
-        v = [r[key] for r in rows if r["seed"] == s and all(r.get(k) == x for k, x in match.items())]
-        if not v:
-            raise ValueError(f"no rows with {match} for seed {s}")
-        out.append(float(np.mean(v)))
-    return np.array(out)
+def _parts_interval(parts: dict, d: float, pick="weakest"):
+    "The verdict of several intervals (the weakest part's) and the interval shown: the one with the smallest estimate."
+    verdict = all_of([decide(v, d, "higher") for v in parts.values()])
+    key = min(parts, key=lambda k: parts[k]["estimate"])
+    return verdict, key, parts[key]
+
+
+def _fmt(parts: dict) -> str:
+    return "; ".join(f"{k}: {v['estimate']:+.3f} [{v['lo']:+.3f}, {v['hi']:+.3f}]" for k, v in parts.items())
 
 
 def make_claims(parts: dict, cfg) -> list[dict]:
     "The claims and checks from every job's rows."
     sh, gr, pz = parts["shidoku"], parts["grammar"], parts["puzzles"]
     seeds = sorted({r["seed"] for r in sh})
-    tv = lambda **m: _per_seed(sh, "tv", seeds, **m)
-    S1, Smax = min(cfg.S_values), max(cfg.S_values)
+    tv = lambda **m: per_seed(sh, seeds, "tv", **m)
+    evals = lambda **m: float(per_seed(sh, seeds, "evals", **m).mean())
+    Ss = list(cfg.S_values)
     claims = []
-    d_mask = paired_interval(tv(method="masking"), tv(method="Gen-C", S=Smax), method="t",
-                             of=f"mean over base models of TV(masking) - TV(Gen-C, S={Smax})")
-    d_S = paired_interval(tv(method="Gen-C", S=S1), tv(method="Gen-C", S=Smax), method="t",
-                          of=f"mean over base models of TV(Gen-C, S={S1}) - TV(Gen-C, S={Smax})")
-    floor = tv(method="exact draws")
+    # C1: Gen-C below masking at every S
     d1, why1 = DELTAS["C1-closer"]
+    gaps = {f"S={S}": paired_interval(tv(method="masking"), tv(method="Gen-C", S=S), method="t",
+                                      of=f"mean over base models of TV(masking) - TV(Gen-C, S={S})") for S in Ss}
+    v1, k1, iv1 = _parts_interval(gaps, d1)
+    rej = f"rejection sampling (exact) TV {tv(method='rejection').mean():.3f} at {evals(method='rejection'):.0f} evaluations"
+    floor = f"exact draws of the same size (the floor) {tv(method='exact draws').mean():.3f}"
     claims.append(claim(
-        "C1-closer", f"Token-by-token masking (myopic: it keeps the constraint satisfiable but ignores how likely the "
-        f"future is to satisfy it) samples measurably far from p(. | alpha), while Gen-C's distance falls as S grows "
-        f"and at S={Smax} lies below masking's.", f"TV to p(. | alpha) of the Gen-C outputs at S={Smax} "
-        f"(empirical law of {cfg.n_out} outputs)", paper=None, ours=float(tv(method="Gen-C", S=Smax).mean()),
-        baseline=float(tv(method="masking").mean()),
-        rule=f"On Shidoku, paired over base models, empirical laws of {cfg.n_out} outputs each: decide(95% t interval "
-             f"of TV(masking) - TV(Gen-C, S={Smax}), delta = {d1}) and decide(95% t interval of TV(Gen-C, S={S1}) - "
-             f"TV(Gen-C, S={Smax}), delta = {d1}); the verdict is the weaker of the two.",
-        verdict=all_of([decide(d_mask, d1, "higher"), decide(d_S, d1, "higher")]), delta=d1, delta_reason=why1,
-        better="higher", interval=d_mask,
-        note=f"TV(S={S1}) - TV(S={Smax}) {d_S['estimate']:+.3f} [{d_S['lo']:+.3f}, {d_S['hi']:+.3f}]; exact draws "
-             f"of the same size (the floor) {floor.mean():.3f}"))
-    per = {}
-    for S in cfg.sir_match:
-        per[S] = paired_interval(tv(method="masked SIR", matches=S), tv(method="Gen-C", S=S), method="t",
-                                 of=f"mean over base models of TV(masked SIR) - TV(Gen-C, S={S}) at Gen-C's evaluations")
-    first = per[min(per)]
+        "C1-closer", "Token-by-token masking (myopic: it keeps the constraint satisfiable but ignores how likely the "
+        "future is to satisfy it) samples measurably farther from p(. | alpha) than Gen-C, at every S.",
+        f"TV to p(. | alpha) of Gen-C at {k1} (empirical law of {cfg.n_out} outputs)", paper=None,
+        ours=float(tv(method="Gen-C", S=int(k1[2:])).mean()), baseline=float(tv(method="masking").mean()),
+        rule=f"On Shidoku, paired over base models, empirical laws of {cfg.n_out} outputs each: for every S in {Ss}, "
+             f"decide(95% t interval of TV(masking) - TV(Gen-C, S), delta = {d1}); the verdict is the weakest S's.",
+        verdict=v1, delta=d1, delta_reason=why1, better="higher", interval=iv1,
+        note=f"{_fmt(gaps)}; {floor}; {rej}"))
+    # C1-trend: Gen-C's distance falls at every step up in S
+    dt, whyt = DELTAS["C1-trend"]
+    steps = {f"S={a}->{b}": paired_interval(tv(method="Gen-C", S=a), tv(method="Gen-C", S=b), method="t",
+                                            of=f"mean over base models of TV(Gen-C, S={a}) - TV(Gen-C, S={b})")
+             for a, b in zip(Ss, Ss[1:])}
+    vt, kt, ivt = _parts_interval(steps, dt)
+    claims.append(claim(
+        "C1-trend", "Gen-C's distance to p(. | alpha) falls as S grows (consistency in S, the pair-space argument), "
+        "at every step up in S.", f"TV to p(. | alpha) of Gen-C at the largest S = {Ss[-1]}", paper=None,
+        ours=float(tv(method="Gen-C", S=Ss[-1]).mean()), baseline=float(tv(method="Gen-C", S=Ss[0]).mean()),
+        rule=f"On Shidoku, paired over base models: for each step between consecutive S in {Ss}, decide(95% t interval "
+             f"of TV(Gen-C, smaller S) - TV(Gen-C, larger S), delta = {dt}); the verdict is the weakest step's.",
+        verdict=vt, delta=dt, delta_reason=whyt, better="higher", interval=ivt,
+        note=f"{_fmt(steps)}; Gen-C TV by S: " + ", ".join(
+            f"{S}: {tv(method='Gen-C', S=S).mean():.3f} at {evals(method='Gen-C', S=S):.0f} evaluations" for S in Ss)
+             + f"; {rej}; {floor}"))
+    # C4: at equal evaluations, Gen-C against masked SIR
+    per = {f"S={S}": paired_interval(tv(method="masked SIR", matches=S), tv(method="Gen-C", S=S), method="t",
+                                     of=f"mean over base models of TV(masked SIR) - TV(Gen-C, S={S}) at Gen-C's "
+                                        "evaluations") for S in cfg.sir_match}
     d4, why4 = DELTAS["C4-budget"]
+    v4, k4, iv4 = _parts_interval(per, d4)
+    S4 = int(k4[2:])
     claims.append(claim(
         "C4-budget", "At equal model evaluations, Gen-C is closer to p(. | alpha) than satisfiability masking given "
         "the same evaluations (sampling-importance-resampling over masked draws with weights p / q).",
-        "TV to p(. | alpha) of Gen-C", paper=None, ours=float(tv(method="Gen-C", S=min(per)).mean()),
-        baseline=float(tv(method="masked SIR", matches=min(per)).mean()),
+        f"TV to p(. | alpha) of Gen-C at {k4}", paper=None, ours=float(tv(method="Gen-C", S=S4).mean()),
+        baseline=float(tv(method="masked SIR", matches=S4).mean()),
         rule="On Shidoku, paired over base models, at every matched budget (Gen-C at S in "
              f"{list(cfg.sir_match)}): decide(95% t interval of TV(masked SIR) - TV(Gen-C), delta = {d4}); the verdict "
-             "is the weakest budget's.",
-        verdict=all_of([decide(v, d4, "higher") for v in per.values()]), delta=d4, delta_reason=why4,
-        better="higher", interval=first,
-        note="; ".join(f"S={S}: {v['estimate']:+.3f} [{v['lo']:+.3f}, {v['hi']:+.3f}]" for S, v in per.items())))
+             "is the weakest budget's.", verdict=v4, delta=d4, delta_reason=why4, better="higher", interval=iv4,
+        note=_fmt(per) + f"; {rej}"))
+    # C2: puzzles with one solution, against decoders without the compiled constraint
     pseeds = sorted({r["seed"] for r in pz})
     rate = lambda key: np.array([np.mean([r[key] for r in pz if r["seed"] == s]) for s in pseeds])
     ivs = {b: paired_interval(rate("genc"), rate(b), method="t",
                               of=f"mean over puzzle sets of the solve rate of Gen-C - {b}")
            for b in ("greedy", "clash_restarts")}
-    weakest = min(ivs, key=lambda b: ivs[b]["estimate"])
     N = cfg.box[0] * cfg.box[1]
     d2, why2 = DELTAS["C2-puzzles"]
+    v2, weakest, iv2 = _parts_interval(ivs, d2)
     unique = float(np.mean([r["solutions"] == 1 for r in pz]))
+    losses = [r["grid_loss"] / r["uniform_nats"] for r in pz if r.get("grid_loss") is not None]
     claims.append(claim(
-        "C2-puzzles", "On Sudoku puzzles Gen-C's solve rate beats that of decoders without the compiled constraint, "
-        "greedy decoding and clash-masked decoding with restarts, given the same sampling budget (the paper: 100% "
-        "against under 50% for large chat models).",
+        "C2-puzzles", "On Sudoku puzzles with one solution, Gen-C's solve rate beats that of decoders without the "
+        "compiled constraint, greedy decoding and clash-masked decoding with restarts, given the same model "
+        "evaluations (the paper: 100% against under 50% for large chat models).",
         f"share of {N}x{N} puzzles solved", paper=1.0, paper_tests="direction", ours=float(rate("genc").mean()),
         baseline=float(rate(weakest).mean()),
         rule="Paired over puzzle sets: decide(95% t interval of the solve-rate difference Gen-C - greedy, delta = "
              f"{d2}) and decide(95% t interval of Gen-C - clash-masked decoding with restarts within Gen-C's model "
-             f"evaluations, delta = {d2}); the verdict is the weaker of the two. Gate: at least "
+             f"evaluations, delta = {d2}); the verdict is the weaker of the two. Gates: at least "
              f"{PUZZLE_UNIQUE_MIN:.0%} of the puzzles have a unique solution (with several, a decoder without the rules "
-             "can solve a puzzle by luck), else not run.",
-        verdict=all_of([decide(v, d2, "higher") for v in ivs.values()]), delta=d2, delta_reason=why2,
-        better="higher", gates=[gate("share of puzzles with a unique solution", unique, PUZZLE_UNIQUE_MIN, "higher")],
-        interval=ivs[weakest], note=f"baseline = {weakest}, the stronger one; " + "; ".join(
-            f"vs {b}: {v['estimate']:+.3f} [{v['lo']:+.3f}, {v['hi']:+.3f}]" for b, v in ivs.items())))
+             f"can solve a puzzle by luck), and the grid GPT-2's training loss is at most {GRID_LOSS_MAX} of a uniform "
+             "digit's (a model that has not learnt the rules makes the baselines fail for the wrong reason).",
+        verdict=v2, delta=d2, delta_reason=why2, better="higher",
+        gates=[gate("share of puzzles with a unique solution", unique, PUZZLE_UNIQUE_MIN, "higher"),
+               gate("grid GPT-2 training loss / ln N (worst seed)", max(losses) if losses else None, GRID_LOSS_MAX,
+                    "lower")],
+        interval=iv2, note=f"baseline = {weakest}, the stronger one; " + _fmt(ivs)))
+    # C3, C5: the topic grammar, scored by the distance to the trained model's own conditional
     gseeds = sorted({r["seed"] for r in gr})
-    tox = lambda **m: _per_seed(gr, "toxic", gseeds, **m)
+    tox = lambda **m: per_seed(gr, gseeds, "toxic", **m)
+    target = per_seed(gr, gseeds, "target_toxic", method="word banning")
+    gap = lambda **m: np.abs(tox(**m) - target)
+    excess = max(r["nats"] - r["grammar_nats"] for r in gr)
+    ggate = [gate("grammar GPT-2 held-out loss minus the grammar's entropy, nats per token (worst seed)", excess,
+                  GRAMMAR_EXCESS_MAX, "lower")]
     Lmax = max(cfg.lm_S)
-    iv = paired_interval(tox(method="word banning"), tox(method="Gen-C", S=Lmax), method="t",
-                         of=f"mean over trained models of the toxic-topic rate of word banning - Gen-C (S={Lmax})")
+    iv = paired_interval(gap(method="word banning"), gap(method="Gen-C", S=Lmax), method="t",
+                         of=f"mean over trained models of |rate - target| of word banning - that of Gen-C (S={Lmax})")
     d3, why3 = DELTAS["C3-topic"]
     claims.append(claim(
-        "C3-topic", "Gen-C lowers the rate of outputs on the banned topic below word banning's (the paper's Table 3, "
-        "direction).", f"share of outputs with a toxic-topic word, Gen-C at S={Lmax}", paper=None,
-        ours=float(tox(method="Gen-C", S=Lmax).mean()), baseline=float(tox(method="word banning").mean()),
-        rule="Paired over trained models: decide(95% t interval of the toxic-topic rate of word banning - Gen-C "
-             f"(S={Lmax}), delta = {d3}).",
-        delta=d3, delta_reason=why3, better="higher", interval=iv,
-        note=f"the trained models' own P(toxic | no banned word) {np.mean([r['target_toxic'] for r in gr]):.3f}"))
+        "C3-topic", "Gen-C's rate of outputs on the banned topic is closer than word banning's to the model's own "
+        "P(toxic topic | no banned word) (the paper's Table 3, in direction: word banning leaves the topic reachable "
+        "through words it does not ban).", f"|toxic-topic rate - target| of Gen-C at S={Lmax}", paper=None,
+        ours=float(gap(method="Gen-C", S=Lmax).mean()), baseline=float(gap(method="word banning").mean()),
+        rule="Paired over trained models: decide(95% t interval of |rate - target| of word banning minus that of "
+             f"Gen-C (S={Lmax}), delta = {d3}); target = the trained model's exact P(toxic | no banned word). Gate: "
+             f"the models' held-out loss within {GRAMMAR_EXCESS_MAX} nats per token of the grammar's entropy.",
+        delta=d3, delta_reason=why3, better="higher", interval=iv, gates=ggate,
+        note=f"rates: word banning {tox(method='word banning').mean():.4f}, Gen-C {tox(method='Gen-C', S=Lmax).mean():.4f}, "
+             f"target {target.mean():.4f}"))
     Ls = cfg.lm_sir_match
-    gap = lambda **m: np.abs(tox(**m) - _per_seed(gr, "target_toxic", gseeds, **m))
     iv5 = paired_interval(gap(method="word banning + SIR"), gap(method="Gen-C", S=Ls), method="t",
                           of=f"mean over trained models of |rate - target| of word banning + SIR - that of Gen-C "
                              f"(S={Ls}), at Gen-C's evaluations")
@@ -561,8 +588,8 @@ def make_claims(parts: dict, cfg) -> list[dict]:
         f"|toxic-topic rate - target| of Gen-C at S={Ls}", paper=None, ours=float(gap(method="Gen-C", S=Ls).mean()),
         baseline=float(gap(method="word banning + SIR").mean()),
         rule="Paired over trained models: decide(95% t interval of |rate - target| of word banning + SIR minus that "
-             f"of Gen-C (S={Ls}, the same evaluations), delta = {d5}).", delta=d5, delta_reason=why5, better="higher",
-        interval=iv5))
+             f"of Gen-C (S={Ls}, the same evaluations), delta = {d5}). Gate as C3.", delta=d5, delta_reason=why5,
+        better="higher", interval=iv5, gates=ggate))
     genc_valid = min(r["valid"] for r in sh if r["method"] == "Gen-C")
     claims.append(check("K1-valid", "Every Gen-C output on Shidoku is a valid grid and none on the grammar holds a "
                         "banned word (by construction: the circuit samples only models of the constraint).",
@@ -581,15 +608,44 @@ def make_claims(parts: dict, cfg) -> list[dict]:
     return claims
 
 
+# Work units per second on one GPU, for --dry-run: an assumption, not a measurement (no GPU run yet). A unit is one
+# token through a 32-wide, 2-layer transformer (a training token counts three). A GPU takes a batch of 1024 short
+# sequences of such a model in about 2 ms, launch-bound (about 9e6 units/s); the rate assumed is lower, 2e6, because
+# the circuits' passes, the Shidoku phase and generate's token loop run on the CPU.
+GPU_UNITS_PER_S = 2e6
+# A job's fixed cost in units (its process, imports, building its model and constraint, scoring the grammar's 9,604
+# sentences), set so that the units of the ci run match its measured time on this machine's CPU.
+JOB_UNITS = 2e5
+
+
 def plan(cfg: Config) -> list[dict]:
-    "The jobs of a run."
-    out = [dict(phase="Shidoku samplers", jobs=cfg.n_seeds, outputs=cfg.n_out, S=", ".join(map(str, cfg.S_values)),
-                masked_sir_at=", ".join(map(str, cfg.sir_match))),
-           dict(phase="puzzles", jobs=cfg.n_seeds, box=f"{cfg.box[0]}x{cfg.box[1]}", model=cfg.puzzle_model,
-                puzzles=cfg.n_puzzles, clues=cfg.n_clues, S=cfg.puzzle_S, grid_steps=cfg.grid_steps),
-           dict(phase="topic grammar", jobs=cfg.n_seeds, steps=cfg.lm_steps, outputs=cfg.n_lm_out,
+    """The jobs of a run, with their work in units (see GPU_UNITS_PER_S), divided among the workers. Shidoku's costs
+    in the same units were measured on this machine's CPU at ci: a Gen-C candidate of the pairwise model (its 65
+    likelihoods, batched) costs about 4 units, a masked draw about 0.7; SmolLM2 counts 9 units a token (on a GPU it
+    is compute-bound at about 1e6 tokens/s, against the small models' 9e6 units/s)."""
+    par = max(1, min(cfg.n_workers, 3 * cfg.n_seeds))
+    size = lambda embd, layers: max((embd / 32) ** 2 * layers / 2, 1.0)
+    job = JOB_UNITS * cfg.n_seeds                  # each job's fixed cost
+    sh = job + cfg.n_seeds * cfg.n_out * (4 * sum(cfg.S_values) + 0.7 * sum(50 * S for S in cfg.sir_match) + 1)
+    cells, N = (cfg.box[0] * cfg.box[1]) ** 2, cfg.box[0] * cfg.box[1]
+    budget = cfg.puzzle_S * (cells * N + 1)
+    pz = job + cfg.n_seeds * (cfg.grid_steps * cfg.grid_batch * (cells + 1) * 3
+                        + cfg.n_puzzles * (2 * budget + 2) * (cells + 1)) * size(cfg.grid_embd, cfg.grid_layers)
+    k = cfg.lm_k or 12
+    cand = 6 * (k + 1)
+    lm_evals = cfg.n_lm_out * (sum(S * cand for S in cfg.lm_S) + 3 + 2 * cfg.lm_sir_match * cand)
+    gr = job + cfg.n_seeds * (cfg.lm_steps * 128 * 7 * 3 + (lm_evals + 6000) * 7) * size(cfg.lm_embd, cfg.lm_layers)
+    out = [dict(phase="Shidoku samplers", jobs=cfg.n_seeds, units=sh / par, outputs=cfg.n_out,
+                S=", ".join(map(str, cfg.S_values)), masked_sir_at=", ".join(map(str, cfg.sir_match))),
+           dict(phase="puzzles", jobs=cfg.n_seeds, units=pz / par, box=f"{cfg.box[0]}x{cfg.box[1]}",
+                model=cfg.puzzle_model, puzzles=cfg.n_puzzles, clues=cfg.n_clues, unique=cfg.unique_puzzles,
+                S=cfg.puzzle_S, grid_steps=cfg.grid_steps),
+           dict(phase="topic grammar", jobs=cfg.n_seeds, units=gr / par, steps=cfg.lm_steps, outputs=cfg.n_lm_out,
                 S=", ".join(map(str, cfg.lm_S)), k=cfg.lm_k)]
     if cfg.n_probe_prompts:
-        out.append(dict(phase="SmolLM2 probe", jobs=1, prompts=cfg.n_probe_prompts, tokens=cfg.probe_tokens,
-                        k=", ".join(map(str, cfg.probe_k)), S=", ".join(map(str, cfg.probe_S))))
+        # each sequence about 10 prompt tokens plus the new ones; Gen-C's candidates and word banning + SIR's draws
+        per = cfg.probe_out * (sum(S * cfg.probe_tokens * (max(cfg.probe_k) + 1) for S in cfg.probe_S) * 2 + 4)
+        out.append(dict(phase="SmolLM2 probe", jobs=1, units=cfg.n_probe_prompts * per * (10 + cfg.probe_tokens) * 9,
+                        prompts=cfg.n_probe_prompts, tokens=cfg.probe_tokens, k=", ".join(map(str, cfg.probe_k)),
+                        S=", ".join(map(str, cfg.probe_S))))
     return out

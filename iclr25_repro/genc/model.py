@@ -12,10 +12,11 @@ import numpy as np
 import torch
 
 # %% auto #0
-__all__ = ['GRAMMAR', 'TEMPLATE', 'unit_propagate', 'Circuit', 'Constraint', 'sudoku_constraint', 'avoid_constraint',
+__all__ = ['GRAMMAR', 'TEMPLATE', 'unit_propagate', 'Circuit', 'indicator', 'Constraint', 'sudoku_constraint', 'avoid_constraint',
            'all_solutions', 'neighbourhood_size', 'SequenceModel', 'PairwiseAR', 'shidoku_model', 'CausalLM',
-           'local_distribution', 'genc_candidates', 'genc_sample', 'rejection_sample', 'masked_sample', 'TopicGrammar',
-           'train_gpt2', 'random_sudoku_grids', 'sudoku_puzzles', 'sudoku_neighbours', 'sudoku_valid', 'clash_mask']
+           'local_distribution', 'genc_candidates', 'genc_sample', 'banned_spellings', 'genc_generate',
+           'rejection_sample', 'masked_sample', 'TopicGrammar', 'train_gpt2', 'random_sudoku_grids', 'sudoku_puzzles',
+           'sudoku_neighbours', 'sudoku_valid', 'clash_mask']
 
 # %% ../../nbs/genc/02_implementation.ipynb #f793b3ac
 def unit_propagate(clauses) -> tuple[dict[int, bool], list[tuple[int, ...]]]:
@@ -219,6 +220,14 @@ class Circuit:
         return int(round(self.wmc(np.ones(self.n_vars), np.ones(self.n_vars))[0]))
 
 # %% ../../nbs/genc/02_implementation.ipynb #24fa9067
+def indicator(i: int, c: int, C: int) -> int:
+    """The CNF variable of the indicator X[i, c] (position i takes category c) in a constraint with C categories:
+    i*C + c + 1. Clauses are tuples of these, negated for the negative literal."""
+    if C < 1 or not 0 <= c < C or i < 0:
+        raise ValueError(f"need 0 <= c < C and i >= 0, got i={i}, c={c}, C={C}")
+    return i * C + c + 1
+
+
 class Constraint:
     """A logical constraint over a sequence of n positions, each taking one of C categories, as a circuit over the
     indicators X[i, c] (variable i*C + c + 1) conjoined with exactly-one-category-per-position.
@@ -241,7 +250,8 @@ class Constraint:
         self._table = None
 
     def var(self, i: int, c: int) -> int:
-        return i * self.C + c + 1
+        "The CNF variable of X[i, c] (see `indicator`)."
+        return indicator(i, c, self.C)
 
     def __repr__(self):
         return f"Constraint({self.name}: {self.n} positions x {self.C} categories, {self.circuit})"
@@ -331,17 +341,16 @@ def sudoku_constraint(box_rows: int = 2, box_cols: int = 2, clues: dict | None =
     """A (box_rows*box_cols)-sized Sudoku: every digit once per row, column and box; `clues` maps a cell index
     (row-major) to its digit (0-based). Cells are the positions, digits the categories."""
     N = box_rows * box_cols
-    cons = Constraint.__new__(Constraint)
-    cons.n, cons.C = N * N, N
+    var = lambda i, c: indicator(i, c, N)
     groups = [[r * N + c for c in range(N)] for r in range(N)] + [[r * N + c for r in range(N)] for c in range(N)]
     groups += [[(br * box_rows + r) * N + bc * box_cols + c for r in range(box_rows) for c in range(box_cols)]
                for br in range(N // box_rows) for bc in range(N // box_cols)]
     clauses = []
     for g in groups:
         for d in range(N):
-            clauses += [(-cons.var(a, d), -cons.var(b, d)) for a, b in itertools.combinations(g, 2)]
+            clauses += [(-var(a, d), -var(b, d)) for a, b in itertools.combinations(g, 2)]
     for cell, d in (clues or {}).items():
-        clauses.append((cons.var(cell, d),))
+        clauses.append((var(cell, d),))
     return Constraint(N * N, N, clauses, name=f"{N}x{N} sudoku" + (f" with {len(clues)} clues" if clues else ""))
 
 # %% ../../nbs/genc/02_implementation.ipynb #444e6b46
@@ -354,9 +363,7 @@ def avoid_constraint(n: int, banned: list[tuple[int, ...]], vocab_size: int) -> 
     cat = np.full(vocab_size, len(special))
     cat[special] = np.arange(len(special))
     C = len(special) + 1
-    cons = Constraint.__new__(Constraint)
-    cons.C = C
-    clauses = [tuple(-cons.var(j + o, int(cat[t])) for o, t in enumerate(seq))
+    clauses = [tuple(-indicator(j + o, int(cat[t]), C) for o, t in enumerate(seq))
                for seq in banned for j in range(n - len(seq) + 1)]
     return Constraint(n, C, clauses, token_category=cat, name=f"avoid {len(banned)} token sequences")
 
@@ -633,14 +640,22 @@ def _category_theta(constraint: Constraint, cand, theta) -> np.ndarray:
     return out.numpy()
 
 # %% ../../nbs/genc/02_implementation.ipynb #e9ba02ce
+def _numpy_rng(generator: torch.Generator) -> np.random.Generator:
+    "A numpy generator seeded from the torch one (the circuit's sampler draws with numpy): one seed for both."
+    if not isinstance(generator, torch.Generator):
+        raise ValueError(f"generator must be a torch.Generator, got {type(generator).__name__}")
+    return np.random.default_rng(int(torch.randint(0, 2 ** 62, (1,), generator=generator)))
+
+
 def genc_candidates(model: SequenceModel, constraint: Constraint, M: int, k: int | None,
-                    generator: torch.Generator, rng: np.random.Generator, fixed: dict | None = None) -> dict:
+                    generator: torch.Generator, fixed: dict | None = None) -> dict:
     """M Gen-C candidates: y ~ p (with the positions of `fixed` forced, if given: any proposal for y keeps the
     weights below exact on the space of pairs); the local distribution around y; log p~_y(alpha) by one upward pass;
     y~ ~ p~_y(. | alpha) by the circuit's top-down pass (a category per position, then a token within its category
     in proportion to theta); log q = log p~_y(y~ | alpha); log p = log p(y~). Where p~_y(alpha) = 0 (no candidate
     set of some position can satisfy the constraint; possible with top-k candidates) y~ is meaningless and
     log w = -inf. The sampler scores y itself, so the local distribution's evaluations exclude it."""
+    rng = _numpy_rng(generator)
     Y, _, _ = model.sample(M, generator, fixed=fixed)
     cand, theta, _ = local_distribution(model, Y, k)
     model.evaluations -= M                                              # y was scored when it was drawn
@@ -663,26 +678,24 @@ def genc_candidates(model: SequenceModel, constraint: Constraint, M: int, k: int
 
 # %% ../../nbs/genc/02_implementation.ipynb #c799eb3d
 def genc_sample(model: SequenceModel, constraint: Constraint, m: int, S: int = 1, k: int | None = None,
-                generator: torch.Generator | None = None, rng: np.random.Generator | None = None,
-                return_candidates: bool = False, max_rounds: int = 100, fixed: dict | None = None):
+                generator: torch.Generator | None = None, return_candidates: bool = False, max_rounds: int = 100, fixed: dict | None = None):
     """m outputs of Gen-C: for each, S candidates (see `genc_candidates`) and one of them resampled in proportion to
     its importance weight w = p(y~) / p~_y(y~ | alpha). A group whose S candidates are all infeasible is drawn again
     (its model evaluations count). Every output satisfies the constraint. Returns (outputs (m, n), info: per-output
     log-weights (m, S), log p~_y(alpha) (m, S), the number of redrawn groups, and with `return_candidates` every
-    candidate's fields). `fixed` forces positions of the samples y (see `genc_candidates`)."""
+    candidate's fields). `generator` (a torch.Generator) drives every draw, the circuit's included. `fixed` forces positions of the samples y (see `genc_candidates`)."""
     if S < 1:
         raise ValueError(f"S must be at least 1, got {S}")
     if m < 1:
         raise ValueError(f"m must be at least 1, got {m}")
     generator = generator if generator is not None else torch.Generator().manual_seed(0)
-    rng = rng if rng is not None else np.random.default_rng(0)
     todo = torch.arange(m)
     out = torch.zeros(m, constraint.n, dtype=torch.long)
     logw_all = np.full((m, S), -np.inf)
     p_all = np.full((m, S), -np.inf)
     kept, redrawn = [], 0
     for _ in range(max_rounds):
-        c = genc_candidates(model, constraint, len(todo) * S, k, generator, rng, fixed)
+        c = genc_candidates(model, constraint, len(todo) * S, k, generator, fixed)
         logw = c["logw"].reshape(len(todo), S)
         ok = torch.isfinite(logw).any(-1)
         probs = torch.softmax(torch.where(ok[:, None], logw, torch.zeros_like(logw)), -1)
@@ -708,6 +721,33 @@ def genc_sample(model: SequenceModel, constraint: Constraint, m: int, S: int = 1
         info |= {key: torch.cat([c[key] for c in kept]) if torch.is_tensor(kept[0][key])
                  else np.concatenate([c[key] for c in kept]) for key in kept[0]}
     return out, info
+
+# %% ../../nbs/genc/02_implementation.ipynb #a1c0e2b1
+def banned_spellings(tokenizer, words) -> list[list[int]]:
+    """Token ids of every spelling of each word: with and without a leading space, lower case and capitalised (a
+    spelling that does not decode back to itself, e.g. one the tokenizer maps to an unknown token, is left out)."""
+    out = []
+    for w in words:
+        for s in (w, " " + w, w.capitalize(), " " + w.capitalize()):
+            ids = tokenizer(s, add_special_tokens=False).input_ids
+            if ids and tokenizer.decode(ids).strip() == s.strip() and ids not in out:
+                out.append(ids)
+    if not out:
+        raise ValueError(f"banned_words: none of {list(words)} has a spelling the tokenizer encodes")
+    return out
+
+
+def genc_generate(model, tokenizer, prompt: str, banned_words, k: int | None = 5, S: int = 4, m: int = 1,
+                  max_new_tokens: int = 8, generator: torch.Generator | None = None) -> list[str]:
+    """m continuations of `prompt` by a transformers causal LM and its tokenizer, each of exactly max_new_tokens
+    tokens and holding none of `banned_words` in any spelling of `banned_spellings`, drawn by Gen-C with the top-k
+    tokens as candidates at each position (None: every token) and S candidates per output."""
+    if max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens must be at least 1, got {max_new_tokens}")
+    lm = CausalLM(model, tokenizer(prompt).input_ids, max_new_tokens)
+    bad = [tuple(b) for b in banned_spellings(tokenizer, banned_words)]
+    Y, _ = genc_sample(lm, avoid_constraint(max_new_tokens, bad, lm.V), m, S, k, generator)
+    return tokenizer.batch_decode(Y)
 
 # %% ../../nbs/genc/02_implementation.ipynb #e102da3a
 def rejection_sample(model: SequenceModel, constraint: Constraint, m: int, generator: torch.Generator,
@@ -858,12 +898,26 @@ def train_gpt2(sample_fn, V: int, n: int, seed: int, steps: int = 400, batch: in
     return model.eval(), float(np.mean(tail))
 
 # %% ../../nbs/genc/02_implementation.ipynb #7f77783f
+_GRID_CACHE: dict = {}
+
+
+def _all_grids(box_rows: int, box_cols: int) -> np.ndarray:
+    "Every valid grid of a small Sudoku (the circuit's enumeration; 288 for 4x4), cached."
+    key = (box_rows, box_cols)
+    if key not in _GRID_CACHE:
+        _GRID_CACHE[key] = all_solutions(sudoku_constraint(box_rows, box_cols))
+    return _GRID_CACHE[key]
+
+
 def random_sudoku_grids(m: int, box_rows: int, box_cols: int, generator: torch.Generator) -> torch.Tensor:
-    """m valid grids (m, N*N), digits 0..N-1, N = box_rows*box_cols: a pattern grid with its digits relabelled, its
-    rows shuffled within bands and its bands shuffled, its columns within stacks and its stacks (each uniformly),
-    and transposed with probability 1/2 when the boxes are square. Not uniform over all grids, but every grid
-    of the 4x4 case is reachable."""
+    """m valid grids (m, N*N), digits 0..N-1, N = box_rows*box_cols. For N <= 4, uniform over every valid grid (drawn
+    from the enumeration). Larger grids: a pattern grid with its digits relabelled, its rows shuffled within bands and
+    its bands shuffled, its columns within stacks and its stacks (each uniformly), transposed with probability 1/2
+    when the boxes are square; these symmetries reach only the grids equivalent to the pattern (not every grid)."""
     N = box_rows * box_cols
+    if N <= 4:
+        grids = _all_grids(box_rows, box_cols)
+        return torch.as_tensor(grids[torch.randint(len(grids), (m,), generator=generator).numpy()], dtype=torch.long)
     r, c = torch.meshgrid(torch.arange(N), torch.arange(N), indexing="ij")
     base = (box_cols * (r % box_rows) + r // box_rows + c) % N
     out = torch.empty(m, N, N, dtype=torch.long)
@@ -882,13 +936,60 @@ def random_sudoku_grids(m: int, box_rows: int, box_cols: int, generator: torch.G
     return out.reshape(m, N * N)
 
 # %% ../../nbs/genc/02_implementation.ipynb #1c070d41
-def sudoku_puzzles(m: int, box_rows: int, box_cols: int, n_clues: int, generator: torch.Generator):
-    "m puzzles: a random grid of `random_sudoku_grids` and n_clues of its cells, chosen uniformly, as clues."
+def _count_solutions(clues: dict, box_rows: int, box_cols: int, limit: int = 2) -> int:
+    "The number of grids that keep the clues, counted by depth-first search up to `limit`."
+    N = box_rows * box_cols
+    nb = sudoku_neighbours(box_rows, box_cols)
+    grid = [-1] * (N * N)
+    for c, d in clues.items():
+        grid[c] = d
+
+    def options(i):
+        used = {grid[j] for j in nb[i]}
+        return [d for d in range(N) if d not in used]
+
+    def search() -> int:
+        empty = [i for i in range(N * N) if grid[i] < 0]
+        if not empty:
+            return 1
+        i = min(empty, key=lambda j: len(options(j)))
+        found = 0
+        for d in options(i):
+            grid[i] = d
+            found += search()
+            grid[i] = -1
+            if found >= limit:
+                break
+        return found
+    return search()
+
+
+def sudoku_puzzles(m: int, box_rows: int, box_cols: int, n_clues: int, generator: torch.Generator,
+                   unique: bool = False):
+    """m puzzles: a grid of `random_sudoku_grids` and n_clues of its cells, in a uniformly random order, as clues;
+    with `unique`, further cells in that order are added as clues until the puzzle has one solution (counted on the
+    enumeration for grids up to 4x4, by a depth-first search up to two otherwise). Each puzzle: grid, clues, solutions."""
     grids = random_sudoku_grids(m, box_rows, box_cols, generator)
+    N = box_rows * box_cols
+    small = N <= 4
+
+    def count(clues):
+        if small:
+            G = _all_grids(box_rows, box_cols)
+            return int(np.all([G[:, c] == d for c, d in clues.items()], 0).sum()) if clues else len(G)
+        return _count_solutions(clues, box_rows, box_cols)
+
     out = []
     for g in grids:
-        cells = torch.randperm(len(g), generator=generator)[:n_clues].sort().values
-        out.append({"grid": g, "clues": {int(i): int(g[i]) for i in cells}})
+        order = torch.randperm(len(g), generator=generator).tolist()
+        j = n_clues
+        clues = {int(i): int(g[i]) for i in order[:j]}
+        n_sol = count(clues) if (unique or small) else None
+        while unique and n_sol > 1:
+            clues[order[j]] = int(g[order[j]])
+            j += 1
+            n_sol = count(clues)
+        out.append({"grid": g, "clues": dict(sorted(clues.items())), "solutions": n_sol})
     return out
 
 # %% ../../nbs/genc/02_implementation.ipynb #1c69a706
