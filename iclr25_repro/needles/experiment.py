@@ -65,8 +65,9 @@ class Config(ScaledConfig):
     positions: tuple = (1, 5, 10, 15, 20)
     per_position: int = 12
     ppl_texts: int = 100
-    # SmolLM2-135M-Instruct on the key-value task, before any finetune (0 skips it)
-    smol_per_position: int = 1
+    # SmolLM2-135M-Instruct on the key-value task, before any finetune (0 skips it: ci, whose 60 s cannot hold its
+    # load and prompts; tests/test_needles.py loads it and answers one prompt)
+    smol_per_position: int = 0
     smol_dicts: tuple = (4,)          # context lengths, in dictionaries; positions first, middle, last
     n_workers: int = 2
 
