@@ -302,12 +302,16 @@ def _set(rows, metric, arm, by_seed):
     return with_metric(rows, metric, by_seed, kind="arm", arm=arm)
 
 
-def test_claim_rules_follow_the_rows(tiny):
+def test_claim_rules_follow_the_rows(tiny, monkeypatch):
     "Each claim's verdict follows its interval against its delta (or its band): every verdict the rules can give."
     cfg = experiment.Config.preset("tiny")
     seeds = tiny["seeds"]
     s0, s1 = seeds
     verdicts = lambda rows: {c["id"]: c["verdict"] for c in experiment.make_claims(rows, seeds, cfg)}
+    # two seeds fail the replicate gate: every claim is not run, whatever its rows say
+    claims = [c for c in experiment.make_claims(tiny["rows"], seeds, cfg) if c["kind"] == "claim"]
+    assert claims and {c["verdict"] for c in claims} == {"not_run"}
+    monkeypatch.setattr(experiment, "MIN_SEEDS", 2)      # the interval rules below, on the tiny run's two seeds
     d = experiment.DELTAS["reward"][0]
     # every gate passes on these rows, so the verdicts are the rules'
     base = tiny["rows"]

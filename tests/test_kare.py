@@ -291,12 +291,16 @@ def _competent(rows, seeds):
     return rows
 
 
-def test_claim_rules_follow_the_rows(tiny):
+def test_claim_rules_follow_the_rows(tiny, monkeypatch):
     "Each claim's verdict follows its interval against its delta: every verdict the rules can give, the gates included."
     cfg = experiment.Config.preset("tiny")
     seeds = tiny["seeds"]
     s0, s1 = seeds
     verdicts = lambda rows: {c["id"]: c["verdict"] for c in experiment.make_claims(rows, seeds, cfg)}
+    # two seeds fail the replicate gate: every claim is not run, whatever its rows say
+    claims = [c for c in experiment.make_claims(_competent(tiny["rows"], seeds), seeds, cfg) if c["kind"] == "claim"]
+    assert claims and {c["verdict"] for c in claims} == {"not_run"}
+    monkeypatch.setattr(experiment, "MIN_SEEDS", 2)      # the interval rules below, on the tiny run's two seeds
     d1 = experiment.DELTAS["C1"][0]
     base = _competent(tiny["rows"], seeds)
     rows = base

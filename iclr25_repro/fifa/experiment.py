@@ -24,8 +24,8 @@ from .model import (QUALITY_ANCHORS, PCACodec, PixelCodec, PromptCodes, ProxyRew
 
 # %% auto #0
 __all__ = ['PAPER', 'TUNED', 'TUNING_RECORD', 'LAPTOP_SEEDS', 'BASELINES', 'ABLATIONS', 'ARMS', 'OWN_BEST', 'TUNE_GRID',
-           'GPU_UNITS_PER_S', 'DELTAS', 'SPEED_MARGIN', 'GATES', 'Config', 'selections', 'Prepared', 'prepare',
-           'arm_hparams', 'arms_to_run', 'fit_arm', 'seed_job', 'tune_job', 'record_tuning', 'best_hparams',
+           'GPU_UNITS_PER_S', 'DELTAS', 'SPEED_MARGIN', 'MIN_SEEDS', 'GATES', 'Config', 'selections', 'Prepared',
+           'prepare', 'arm_hparams', 'arms_to_run', 'fit_arm', 'seed_job', 'tune_job', 'record_tuning', 'best_hparams',
            'world_checks', 'run', 'plan', 'make_claims']
 
 # %% ../../nbs/fifa/03_evaluation.ipynb #9a077be6
@@ -389,6 +389,7 @@ DELTAS = {
 SPEED_MARGIN = DELTAS["C1-speed"][0]   # C1-speed's non-inferiority margin, in units of the true reward (a cosine)
 
 # Competence gates, fixed before the deciding run: (threshold, why). A claim whose gate fails is not_run.
+MIN_SEEDS = 3          # every claim's replicate gate: an interval needs at least three seeds (ci runs two)
 GATES = {
     "dpo_learns": (0.05, "Diffusion-DPO on the full data must raise the true reward on held-out paraphrases by at "
                          "least 0.05 (2.5 deltas) over the base model after its longer run, or no arm's data can be "
@@ -410,11 +411,12 @@ def make_claims(rows, seeds, cfg) -> list[dict]:
     world = lambda metric: per_seed(seed_rows, seeds, metric)
     have = {r["arm"] for r in arm_rows}
     B, L = cfg.steps, cfg.steps * cfg.full_factor
-    learns = [gate("full-data reward gain over the base model after the longer run",
+    reps = gate("seeds (replicates)", len(seeds), MIN_SEEDS)   # ci's two seeds run the pipeline and decide nothing
+    learns = [reps, gate("full-data reward gain over the base model after the longer run",
                    float((val("final_reward", "full") - world("base_reward")).mean()), GATES["dpo_learns"][0])]
-    proxy = [gate("proxy sign agreement with r* on the feedback pairs", float(world("proxy_agreement").mean()),
+    proxy = [reps, gate("proxy sign agreement with r* on the feedback pairs", float(world("proxy_agreement").mean()),
                   GATES["proxy"][0])]
-    harm = [gate("quality rater AUROC, ordinary against harmful prompts", float(world("quality_auroc").mean()),
+    harm = [reps, gate("quality rater AUROC, ordinary against harmful prompts", float(world("quality_auroc").mean()),
                  GATES["rater"][0]),
             gate("base model's mark on held-out harmful prompts", float(world("base_harmful_mark").mean()),
                  GATES["base_harm"][0])]
