@@ -262,7 +262,7 @@ def test_config_bad_inputs():
             experiment.Config.preset("tiny", **bad)
 
 
-def _rows(fd_base, fd_pf, fd_orders, utility_pf=(0.3, 0.3, 0.3), adult=None):
+def _rows(fd_base, fd_pf, fd_orders, utility_pf=(0.3, 0.3, 0.3), adult=None, utility_matched=(0.3, 0.3, 0.3)):
     """Rows of the blob world and the DP-SGD mixture with the given per-seed FDs and PFGuard utility distances (the
     base's 0.3); with `adult` (a dict of per-seed arrays: eo_b, eo_p, acc_b, acc_p, majority) an Adult world too.
     Every other metric equal across arms."""
@@ -281,9 +281,12 @@ def _rows(fd_base, fd_pf, fd_orders, utility_pf=(0.3, 0.3, 0.3), adult=None):
                 if world == "blobs":
                     r.update(accuracy=0.95, majority_rate=0.5)
                 rows.append(r)
+        fd_orders = {"after, matched": fd_orders["after"]} | dict(fd_orders)
         for order, fds in fd_orders.items():
-            rows.append(dict(world="blobs, DP-SGD", seed=s, order=order, fd=fds[s], clipped_share=0.5,
+            rows.append(dict(world="blobs, DP-SGD", seed=s, order=order, clip=10.0, fd=fds[s], clipped_share=0.5,
+                             utility=utility_matched[s] if order == "after, matched" else 0.3,
                              epsilon=5.0 if order == "after" else 1.0))
+            rows.append(rows[-1] | dict(clip=3.0, fd=0.9))  # a bound of the sweep: never read by the claims
     return rows
 
 
@@ -367,6 +370,20 @@ def test_adult_gate_gives_not_run():
     assert c["C2-eo-adult"]["verdict"] == "reproduced" and c["C2-eo-adult"]["gates"][0]["passed"]
 
 
+@pytest.mark.parametrize("log_ratio, verdict", [((0.5, 0.55, 0.6), "reproduced"),
+                                                ((0.1, 0.11, 0.12), "partial"),
+                                                ((-0.5, 0.5, 1.5), "inconclusive"),
+                                                ((-0.02, 0.0, 0.02), "not_reproduced")])
+def test_matched_clipping_claim(log_ratio, verdict):
+    "C3-matched: the quality cost of weighting after clipping at the same epsilon, against delta = log(1.25)."
+    fd = [0.3, 0.3, 0.3]
+    c = _claims(fd, fd, dict(none=fd, before=fd, after=fd), utility_matched=0.3 * np.exp(log_ratio))
+    assert c["C3-matched"]["verdict"] == verdict, c["C3-matched"]["interval"]
+    assert c["C3-matched"]["delta"] == pytest.approx(np.log(1.25))
+    assert c["C3-clipping"]["verdict"] == "not_reproduced"   # read at the claims' bound only, not the sweep's 0.9
+    assert c["K4-matched-epsilon"]["verdict"] == "passed"
+
+
 def test_utility_gate_on_every_world():
     "C2-utility is gated on each world's own base: below the majority rate on the blobs, that claim is not run."
     fd = [0.3, 0.3, 0.3]
@@ -394,6 +411,40 @@ def test_tiny_run():
     assert all(0 <= r["fd"] <= 1 for r in out["rows"])
 
 
+def test_dpsgd_job_matched_epsilon_and_sweep():
+    "The DP-SGD job: the matched arm's noise times max(w) gives the nominal epsilon; every bound of the sweep is run."
+    cfg = experiment.Config.preset("tiny", dp_steps=5, dp_clips=(1.0, 10.0))
+    rows = experiment.dpsgd_job(0, {f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg)})["rows"]
+    at = {(r["clip"], r["order"]): r for r in rows}
+    assert set(at) == {(10.0, o) for o in experiment.DP_ORDERS} | {(1.0, o) for o in ("none", "before", "after, matched")}
+    assert at[(10.0, "after, matched")]["epsilon"] == pytest.approx(at[(10.0, "before")]["epsilon"])
+    assert at[(10.0, "after")]["epsilon"] > at[(10.0, "before")]["epsilon"]
+
+
+def test_laptop_preset_privacy_and_plan():
+    "The laptop preset reaches the paper's regime by the accountant (epsilon <= 10); every phase counts its work."
+    lap, ci = experiment.Config.preset("laptop"), experiment.Config.preset("ci")
+    assert gswgan_epsilon(lap.claim_teachers, lap.sigma, lap.steps, lap.batch, lap.delta) <= 10
+    assert gswgan_epsilon(ci.claim_teachers, ci.sigma, ci.steps, ci.batch, ci.delta) > 100
+    assert lap.n_seeds >= 5 and lap.n_blobs // lap.claim_teachers >= 40   # every teacher holds minority records
+    full = experiment.Config.preset("full")
+    assert gswgan_epsilon(full.claim_teachers, full.sigma, full.steps, full.batch, full.delta) <= 10.5
+    for cfg in (lap, ci, full):
+        assert all(p["units"] > 0 for p in experiment.plan(cfg))
+    assert cli.plan_units(experiment.plan(full)) / experiment.GPU_UNITS_PER_S < 600
+
+
+def test_laptop_smoke(tmp_path):
+    lap, smoke = experiment.Config.preset("laptop"), experiment.Config.preset("laptop", smoke=True)
+    for f in dataclasses.fields(lap):
+        if f.name not in experiment.Config.SMOKE and f.name not in ("device", "smoke"):
+            assert getattr(smoke, f.name) == getattr(lap, f.name), f.name
+    doc = cli.run_experiment("pfguard", "laptop", "cpu", 0, root=tmp_path, smoke=True)
+    ids = {c["id"] for c in doc["claims"]}
+    assert {"C1-blobs", "C1-adult", "C3-clipping", "C3-matched", "K4-matched-epsilon"} <= ids
+    assert not (tmp_path / "book").exists()
+
+
 def test_full_smoke(tmp_path):
     full, smoke = experiment.Config.preset("full"), experiment.Config.preset("full", smoke=True)
     for f in dataclasses.fields(full):
@@ -401,5 +452,40 @@ def test_full_smoke(tmp_path):
             assert getattr(smoke, f.name) == getattr(full, f.name), f.name
     doc = cli.run_experiment("pfguard", "full", "cpu", 0, root=tmp_path, smoke=True)
     ids = {c["id"] for c in doc["claims"]}
-    assert {"C1-digits", "C2-utility-digits", "C1-adult", "C3-clipping"} <= ids
+    assert {"C1-blobs", "C2-utility-blobs", "C1-adult", "C3-clipping", "C3-matched"} <= ids
     assert not (tmp_path / "book").exists()
+
+
+def test_critic_step_draws_the_sir_minority_share():
+    "A PFGuard teacher's minibatches in critic_step: its minority share matches the improved SIR probabilities."
+    x, y, z = experiment.blobs(400, 0)
+    r = balanced_ratios(y, z)
+    parts = partition(400, 2, 0)
+    model = GSWGAN(x, y, [Arm(parts, r, sigma=1.0)], hidden=8, batch=64, seed=0)
+    p = sir_weights(r[parts[0]])
+    expected = float(p[z[parts[0]] == 1].sum())
+    assert abs(expected - 0.5) < 0.1 and z[parts[0]].mean() < 0.3          # SIR balances a 20% minority
+    drawn = []
+    for _ in range(100):
+        model.critic_step(torch.tensor([0]))
+        drawn.append(model.last_records[0].numpy())
+    drawn = np.concatenate(drawn)
+    assert set(drawn) <= set(parts[0].tolist())                             # only the teacher's own partition
+    assert abs(z[drawn].mean() - expected) < 4 * np.sqrt(expected * (1 - expected) / len(drawn))
+
+
+def test_make_arms_copies_and_epsilons():
+    "make_arms: PFGuard and the base share one partition (one copy per record); naive duplication copies minorities."
+    cfg = experiment.Config.preset("tiny")
+    rng = np.random.default_rng(0)
+    x, y, z = experiment.blobs(2000, rng)
+    arms, names, spread = experiment.make_arms(dict(x=x, y=y, z=z), 20, cfg, rng)
+    assert names == list(experiment.ARMS)
+    base, pf, naive, nonpriv = arms
+    assert pf.parts is base.parts and nonpriv.parts is base.parts and spread[:2] == [1, 1]
+    assert pf.weights is not None and base.weights is None and nonpriv.sigma is None and pf.sigma == cfg.sigma
+    counts = np.bincount(np.concatenate(naive.parts), minlength=2000)
+    r = balanced_ratios(y, z)
+    assert np.array_equal(counts, np.rint(r / r[z == 0].min()).astype(int))  # minority copied about 4 times
+    assert spread[2] == max_partitions_per_record(naive.parts, 2000) > 1
+    assert gswgan_epsilon(20, cfg.sigma, 100, 32, copies=spread[2]) > gswgan_epsilon(20, cfg.sigma, 100, 32)

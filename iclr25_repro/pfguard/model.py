@@ -257,7 +257,9 @@ def _gradient_penalty(critic, real, fake, cond, gen):
 # %% ../../nbs/pfguard/02_implementation.ipynb #7c6963fa
 class RowAdam:
     """Adam over parameters whose first dimension indexes independent models, updating only the rows `rows` at each
-    step, with a step count per row: M independent Adams, of which only the ones trained at this step move."""
+    step, with a step count per row: M independent Adams, of which only the ones trained at this step move. `grads`
+    (one tensor per parameter, of the rows `rows` only) spares the backward pass a full-size gradient: with
+    thousands of teachers and one trained per arm, a step then costs the trained rows, not all of them."""
     def __init__(self, params, lr: float = 1e-3, betas=(0.9, 0.999), eps: float = 1e-8):
         self.params = list(params)
         self.lr, (self.b1, self.b2), self.eps = lr, betas, eps
@@ -270,14 +272,14 @@ class RowAdam:
             p.grad = None
 
     @torch.no_grad()
-    def step(self, rows=None):
+    def step(self, rows=None, grads=None):
         if rows is None:  # every row: whole-tensor updates
             rows = slice(None)
         self.t[rows] += 1
         t = self.t[rows]
-        for p, m, v in zip(self.params, self.m, self.v):
+        for k, (p, m, v) in enumerate(zip(self.params, self.m, self.v)):
             shape = (-1,) + (1,) * (p.dim() - 1)
-            g = p.grad[rows]
+            g = p.grad[rows] if grads is None else grads[k]
             m[rows] = self.b1 * m[rows] + (1 - self.b1) * g
             v[rows] = self.b2 * v[rows] + (1 - self.b2) * g * g
             m_hat = m[rows] / (1 - self.b1 ** t).view(shape)
@@ -330,23 +332,32 @@ class GSWGAN:
             return (self.G_ema if ema else self.G)(torch.cat([noise, self._onehot(y)], -1), select=arms)
 
     def critic_step(self, teachers: torch.Tensor | None = None) -> float:
-        "One WGAN-GP step of the `teachers` (global indices arm * N + j; None: all) on minibatches drawn by their samplers."
+        """One WGAN-GP step of the `teachers` (global indices arm * N + j; None: all) on minibatches drawn by their
+        samplers. With `teachers` given, the step works on copies of those teachers' rows only (its cost does not grow
+        with the number of teachers) and writes them back through `RowAdam`."""
         prob, idx = (self.prob, self.idx) if teachers is None else (self.prob[teachers], self.idx[teachers])
         pick = torch.multinomial(prob, self.batch, replacement=True, generator=self.gen)
         rec = torch.gather(idx, 1, pick)                                   # (T, B)
+        self.last_records = rec                                            # the records drawn (for the tests)
         real, y = self.x[rec], self.y[rec]
         if teachers is None:  # every teacher: each arm's generator makes the fakes of its N teachers
             fake = self.generate(y.view(self.R, -1)).view(self.R * self.N, self.batch, -1)
+            leaves = list(self.D.parameters())
+            params = self.D.params()
         else:
             fake = self.generate(y, arms=teachers // self.N)
+            params = [(W.detach()[teachers].requires_grad_(True), b.detach()[teachers].requires_grad_(True))
+                      for W, b in self.D.params()]
+            leaves = [t for Wb in params for t in Wb]
         cond = self._onehot(y)
-        D = lambda v: self.D(v, select=teachers)
+        D = lambda v: mlp_forward(params, v)
         d_real, d_fake = D(torch.cat([real, cond], -1)).squeeze(-1), D(torch.cat([fake, cond], -1)).squeeze(-1)
         loss = (d_fake.mean(-1) - d_real.mean(-1) + self.gp * _gradient_penalty(D, real, fake, cond, self.gen)
                 + self.drift * (d_real ** 2).mean(-1))
-        self.opt_d.zero_grad()
-        loss.sum().backward()
-        self.opt_d.step(teachers)
+        grads = torch.autograd.grad(loss.sum(), leaves)
+        order = [t for W, b in zip(self.D.weights, self.D.biases) for t in (W, b)]  # RowAdam's parameter order
+        by_param = dict(zip(map(id, order if teachers is not None else leaves), grads))
+        self.opt_d.step(teachers, [by_param[id(p)] for p in self.opt_d.params])
         return float((d_real.mean() - d_fake.mean()).detach())
 
     def generator_step(self, teachers: torch.Tensor):
@@ -356,11 +367,11 @@ class GSWGAN:
         fake = self.generate(y, grad=True)
         fake.register_hook(lambda g: torch.where(self.private, sanitise(g, self.clip, self.sigma, generator=self.gen),
                                                  rescale(g, self.clip)))
-        loss = -self.D(torch.cat([fake, self._onehot(y)], -1), select=teachers).mean(-2).sum()
+        teacher = [(W.detach()[teachers], b.detach()[teachers]) for W, b in self.D.params()]  # no gradient to D
+        loss = -mlp_forward(teacher, torch.cat([fake, self._onehot(y)], -1)).mean(-2).sum()
         self.opt_g.zero_grad()
         loss.backward()
         self.opt_g.step()
-        self.D.zero_grad(set_to_none=True)
 
     def fit(self, steps: int, critic_iters: int = 5, pretrain: int = 0, schedule: str = "picked"):
         """`pretrain` non-private steps of every teacher (as GS-WGAN does), then `steps` generator steps, each against
