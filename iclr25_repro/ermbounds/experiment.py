@@ -21,7 +21,8 @@ from .model import (BoxReLUNet, Clusters, Teacher, accuracy, best_of, coverage_a
                                           rademacher_mc, robust_accuracy)
 
 # %% auto #0
-__all__ = ['PAPER', 'DELTAS', 'MINIMISER_SHARE', 'Config', 'teacher_job', 'clusters_job', 'losses_job', 'rademacher_job',
+__all__ = ['PAPER', 'DELTAS', 'TRAIN_ACC_GATE', 'MIN_REPLICATES', 'W0C_RATIO_GATE', 'MINIMISER_SHARE', 'GPU_UNITS_PER_S',
+           'STARTUP_UNITS', 'Config', 'student_width', 'teacher_job', 'clusters_job', 'losses_job', 'rademacher_job',
            'make_claims', 'plan', 'run', 'run_job']
 
 # %% ../../nbs/ermbounds/03_evaluation.ipynb #95ce849e
@@ -30,47 +31,51 @@ PAPER = {"title": "Generalizability of Neural Networks Minimizing Empirical Risk
 
 @dataclass
 class Config(ScaledConfig):
-    "The evaluation's knobs; defaults are the ci preset."
-    teachers: tuple = ((4, 4),)        # (n, W0) of each teacher family
-    quantile: float = 0.2              # c = this quantile of |F0| (the margin filter)
-    width_mults: tuple = (1, 8, 32)    # student widths W = mult * W0
-    Ns: tuple = (50, 200, 1000, 4000)
-    seeds: tuple = (0, 1, 2, 3, 4)     # a seed draws the teacher, the sample and the initialisations
-    steps: int = 200
+    "The evaluation's knobs; defaults are the ci preset (the pipeline end to end; the laptop preset decides)."
+    teachers: tuple = ((8, 8), (8, 32))  # (n, W0) of each teacher family
+    quantile: float = 0.02             # c = this quantile of |F0| (the margin filter)
+    under: float = 0.25                # the under-sized arm (Prop. 6.5): W = max(1, under * W0)
+    width_mults: tuple = (1, 4)        # student widths W = mult * W0
+    Ns: tuple = (50, 400)
+    seeds: tuple = (0, 1, 2)           # a seed draws the teacher, the sample and the initialisations
+    steps: int = 60
     lr: float = 0.05
-    restarts: int = 8                  # best-of restarts for the narrowest width (W = W0)
-    n_test: int = 50_000
+    restarts: int = 2                  # best-of restarts for the narrow widths (W <= W0)
+    n_test: int = 2000
     svc: bool = True                   # scikit-learn's SVC(kernel="rbf") on the same samples
     svc_max_N: int = 4000              # SVC's cost grows like N^2: it runs up to this N
-    n_robust: int = 2000               # test points attacked by PGD
-    robust_eps: float = 0.005          # below half the l_inf separation the margin filter guarantees (see the run)
+    n_robust: int = 200                # test points attacked by PGD
+    robust_eps: float = 0.0004         # below half the l_inf separation the margin filter guarantees (see the run)
     cl_n: int = 8                      # clusters with independent labels (section 5)
-    cl_K: int = 64
+    cl_K: int = 32
     cl_radius: float = 0.05
-    cl_width: int = 128
-    cl_Ns: tuple = (16, 64, 256, 1024)
-    cl_steps: int = 300
+    cl_width: int = 64
+    cl_Ns: tuple = (8, 32, 128)
+    cl_steps: int = 100
     cl_lr: float = 0.02
-    loss_Ns: tuple = (50, 200)         # logistic against finite-margin losses (section 6.3)
-    loss_width: int = 128
-    losses: tuple = ("logistic", "zero_hinge", "hinge", "square")   # C4 compares the first two
-    loss_quantile: float = 0.2
-    rad_Ns: tuple = (50, 200, 1000, 4000)   # Monte-Carlo Rademacher complexity against N
-    rad_sigma: int = 20
-    rad_restarts: int = 4
+    loss_Ns: tuple = (50,)             # logistic against finite-margin losses (section 6.3)
+    loss_width: int = 32
+    losses: tuple = ("logistic", "hinge", "zero_hinge", "square")   # C4 compares the first two
+    loss_quantile: float = 0.02
+    rad_Ns: tuple = (50, 200, 800)     # Monte-Carlo Rademacher complexity against N
+    rad_sigma: int = 6
+    rad_restarts: int = 2
     delta: float = 0.05
     n_workers: int = 2
     PRESETS: ClassVar[dict] = {
-        "tiny": dict(width_mults=(1, 4), Ns=(20, 80), seeds=(0, 1, 2), steps=20, restarts=2, n_test=2000,
-                     n_robust=100, cl_K=8, cl_width=16, cl_Ns=(4, 16), cl_steps=20, loss_Ns=(20,), loss_width=8,
-                     rad_Ns=(20, 80), rad_sigma=3, rad_restarts=2, n_workers=1),
+        "tiny": dict(teachers=((4, 4),), width_mults=(1, 4), Ns=(20, 80), seeds=(0, 1, 2), steps=20, restarts=2,
+                     n_test=2000, n_robust=100, cl_K=8, cl_width=16, cl_Ns=(4, 16), cl_steps=20, loss_Ns=(20,),
+                     loss_width=8, rad_Ns=(20, 80), rad_sigma=3, rad_restarts=2, n_workers=1),
         "ci": {},
-        "full": dict(teachers=((8, 8), (8, 32), (16, 8), (16, 32)), width_mults=(1, 8, 32, 128),
-                     Ns=(100, 1000, 10_000, 100_000), steps=1000, n_test=200_000, svc_max_N=20_000,
-                     n_robust=20_000, cl_K=256,
-                     cl_width=1024, cl_Ns=(64, 256, 1024, 4096, 16384), cl_steps=1000, loss_Ns=(50, 200, 1000),
-                     loss_width=512, loss_quantile=0.05, rad_Ns=(100, 1000, 10_000, 100_000), rad_sigma=50,
-                     n_workers=1),
+        "laptop": dict(width_mults=(1, 4, 16), Ns=(50, 200, 1000, 2000), seeds=tuple(range(16)), steps=300,
+                       restarts=3, n_test=10_000, cl_K=64, cl_width=128, cl_Ns=(16, 64, 256, 1024),
+                       cl_steps=300, loss_Ns=(50, 200), loss_width=128, n_robust=1000, rad_Ns=(50, 200, 1000, 4000), rad_sigma=20,
+                       rad_restarts=4),
+        "full": dict(teachers=((8, 8), (8, 32), (16, 8), (16, 32)), width_mults=(1, 8, 32),
+                     Ns=(100, 1000, 10_000), seeds=tuple(range(10)), steps=1000, restarts=4, n_test=200_000,
+                     svc_max_N=10_000, n_robust=20_000, cl_K=256, cl_width=1024, cl_Ns=(64, 256, 1024, 4096),
+                     cl_steps=1000, loss_Ns=(50, 200, 1000), loss_width=512, loss_quantile=0.005,
+                     rad_Ns=(100, 1000, 10_000), rad_sigma=50, n_workers=1),
     }
     SMOKE: ClassVar[dict] = dict(Ns=lambda v: v[:2], seeds=lambda v: v[:3], steps=2, restarts=2, n_test=500,
                                  n_robust=50, cl_Ns=lambda v: v[:2], cl_steps=2, loss_Ns=lambda v: v[:1],
@@ -84,8 +89,10 @@ class Config(ScaledConfig):
             raise ValueError(f"teachers must be (n, W0) pairs with n >= 1 and W0 >= 2, got {self.teachers!r}")
         if sorted(self.width_mults) != list(self.width_mults) or self.width_mults[0] != 1:
             raise ValueError(f"width_mults must increase from 1 (the narrowest expressive width), got {self.width_mults}")
-        if tuple(self.losses[:2]) != ("logistic", "zero_hinge"):
-            raise ValueError("losses must start with 'logistic' and 'zero_hinge', the two C4 compares")
+        if not 0 < self.under < 1:
+            raise ValueError(f"under must be in (0, 1) (a width below W0), got {self.under!r}")
+        if tuple(self.losses[:2]) != ("logistic", "hinge"):
+            raise ValueError("losses must start with 'logistic' and 'hinge', the two C4 compares")
         for name in ("Ns", "cl_Ns", "loss_Ns", "rad_Ns"):
             v = getattr(self, name)
             if not v or any(isinstance(x, bool) or not isinstance(x, int) or x < 1 for x in v):
@@ -100,6 +107,10 @@ class Config(ScaledConfig):
 # %% ../../nbs/ermbounds/03_evaluation.ipynb #bd93f990
 def _test_rng(seed: int) -> np.random.Generator:
     return np.random.default_rng([seed, 7])          # test points: a stream of their own
+
+def student_width(W0: int, mult: float) -> int:
+    "The student width for multiplier `mult` of W0 (the under-sized arm rounds down, at least 1)."
+    return max(1, int(mult * W0))
 
 def _plateau(trace: list[float]) -> float:
     "Relative fall of the risk over the second half of training: small when it has stopped falling."
@@ -118,16 +129,18 @@ def teacher_job(n: int, W0: int, seed: int, cfg_d: dict, device: str = "cpu") ->
                     teacher_robust=robust_accuracy(T.net.to(device), Xte[:cfg.n_robust], yte[:cfg.n_robust],
                                                    cfg.robust_eps))
         rows = []
+        arms = [(cfg.under, cfg.restarts)] + [(m, cfg.restarts if m == 1 else 1) for m in cfg.width_mults]
         for N in cfg.Ns:
-            for mult in cfg.width_mults:
-                W = mult * W0
-                copies = 1 if mult > 1 else cfg.restarts
+            for mult, copies in arms:
+                W = student_width(W0, mult)
                 specs = [(box, r) for box in (True, False) for r in range(copies)]
                 nets = [BoxReLUNet(n, W, generator=torch.Generator().manual_seed(seed * 1_000_003 + N * 1009 + W * 31 + r))
                         .to(device) for box, r in specs]
                 _, traces = fit_erm(nets, [X[:N]] * len(nets), [y[:N]] * len(nets), steps=cfg.steps, lr=cfg.lr,
                                     box=[box for box, _ in specs], history=True)
-                kcopy_risk = float(logistic_loss(mult * y[:N] * T.net(X[:N].to(device)).detach().cpu()).mean())
+                k = W // W0                                   # copies of the teacher that fit in width W (0 below W0)
+                kcopy_risk = (float(logistic_loss(k * y[:N] * T.net(X[:N].to(device)).detach().cpu()).mean())
+                              if k >= 1 else None)
                 for box in (True, False):
                     idx = [i for i, (bx, _) in enumerate(specs) if bx == box]
                     net, risk = best_of([nets[i] for i in idx], X[:N], y[:N])
@@ -137,8 +150,8 @@ def teacher_job(n: int, W0: int, seed: int, cfg_d: dict, device: str = "cpu") ->
                         train_acc=accuracy(net, X[:N], y[:N]), test_acc=accuracy(net, Xte, yte), risk=risk,
                         kcopy_risk=kcopy_risk, plateau=_plateau(trace), max_abs=net.max_abs(),
                         min_margin=float(margins(net, X[:N], y[:N]).min()),
-                        own_bound=margin_bound(risk, n, W, N, gamma=mult * T.c / 2, delta=cfg.delta) if box else None,
-                        erm_bound=erm_bound(n, W0, T.c, W, N, cfg.delta)["bound"],
+                        own_bound=margin_bound(risk, n, W, N, gamma=max(k, 1) * T.c / 2, delta=cfg.delta) if box else None,
+                        erm_bound=erm_bound(n, W0, T.c, W, N, cfg.delta)["bound"] if k >= 1 else None,
                         robust_acc=robust_accuracy(net, Xte[:cfg.n_robust], yte[:cfg.n_robust], cfg.robust_eps)))
             if cfg.svc and N <= cfg.svc_max_N:
                 from sklearn.svm import SVC
@@ -205,21 +218,28 @@ def rademacher_job(n: int, W0: int, cfg_d: dict, device: str = "cpu") -> list[di
         return rows
 
 # %% ../../nbs/ermbounds/03_evaluation.ipynb #108f3660
-# the smallest effect that matters for each claim (fixed before the run) and why; the paper states theorems, with no
-# numbers to take a delta from
+# the smallest effect that matters for each claim (fixed before the run) and why
 _ACC_WHY = ("the paper states theorems and gives no numbers; two points of test accuracy is the smallest difference in "
             "accuracy we count as mattering")
 DELTAS = {
-    "C1-rate": (0.02, _ACC_WHY + ", for the rise and for the distance from 1 at the largest N"),
+    "C1-rate": (0.02, _ACC_WHY + ", for the rise from the smallest to the largest N"),
+    "C1-W0c": (0.02, _ACC_WHY + "; the Theorem's sample term grows like W0/c, so the family with the larger W0/c "
+                     "(at least twice, a gate) should need more samples: its accuracy averaged over the N grid lower "
+                     "by at least this"),
     "C2-width": (0.02, _ACC_WHY + ": a wider network less accurate by less than that is no worse (the "
                        "non-inferiority margin)"),
-    "C3-necessity": (0.05, "the coverage curve assumes accuracy 1 on the cubes the sample hit; within five points of "
-                           "it, one test point in twenty, we count as right"),
+    "C5-undersized": (0.05, "Prop. 6.5's gap (accuracy at most 0.6 against near 1) is for a distribution built for "
+                            "it; on random teachers we ask only that the under-sized network's failure be visible "
+                            "beyond noise: five points of accuracy"),
     "C4-loss": (0.02, _ACC_WHY),
 }
-# the theorems are about minimisers: C1 and C2 are decided only if the teacher-grid box fits reached a plateau (K2)
-# and zero training error (K3) in at least this share of the fits
-MINIMISER_SHARE = 0.95
+# competence gates, fixed before the laptop run: the arms a claim compares must be near zero training error (the
+# theorems are about minimisers, and the paper's extension covers approximate ones), and a claim needs the laptop
+# preset's replicates (ci's three seeds inform no claim: its intervals are about three times wider)
+TRAIN_ACC_GATE = 0.98      # mean training accuracy of the wide arms: at most delta of the sample misclassified
+MIN_REPLICATES = 12        # the laptop preset runs 16; ci's spread (the sizing table) asks that many for half-widths near delta
+W0C_RATIO_GATE = 2.0       # C1-W0c needs families whose W0/c differ at least this much
+MINIMISER_SHARE = 0.95     # K2 and K3 (diagnostics): the share of box fits at a plateau and at zero training error
 
 
 def _by_seed(rows, col: str = "test_acc", **where) -> dict[int, float]:
@@ -245,45 +265,74 @@ def _mean(d: dict) -> float:
 def _fmt(iv: dict) -> str:
     return f"{iv['estimate']:+.4f} [{iv['lo']:+.4f}, {iv['hi']:+.4f}]"
 
+def _arm_train_gate(box, fam, mult, label) -> dict:
+    "The gate: mean training accuracy of an arm over every family, seed and N (the lowest family's)."
+    accs = [np.mean([r["train_acc"] for r in box if r["n"] == f["n"] and r["W0"] == f["W0"] and r["mult"] == mult])
+            for f in fam]
+    return gate(f"lowest mean training accuracy over the families, {label}", float(min(accs)), TRAIN_ACC_GATE, "higher")
+
 def make_claims(rows: list[dict], cfg) -> list[dict]:
-    "C1-C4 and the checks, decided by the rules stated at the top of the evaluation notebook (every family must agree)."
+    "The claims and the checks, decided by the rules stated at the top of the evaluation notebook (every family must agree)."
     box = [r for r in rows if r["part"] == "teacher" and r["box"]]
     Nmin, Nmax = min(cfg.Ns), max(cfg.Ns)
     top = max(cfg.width_mults)
     fam = [dict(n=n, W0=W0) for n, W0 in cfg.teachers]
+    f0 = fam[0]
+    reps = gate("replicates (seeds)", len(cfg.seeds), MIN_REPLICATES, "higher")
+    wide_gate = _arm_train_gate(box, fam, top, f"widest box network (W = {top} W0)")
+    # C1-rate: the widest network's accuracy rises with N
     rise = {(f["n"], f["W0"]): _paired(_by_seed(box, **f, mult=top, N=Nmax), _by_seed(box, **f, mult=top, N=Nmin))
             for f in fam}
-    level = {(f["n"], f["W0"]): _mean(_by_seed(box, **f, mult=top, N=Nmax)) for f in fam}
     d1, why1 = DELTAS["C1-rate"]
-    level_iv = {(f["n"], f["W0"]): mean_interval(list(_by_seed(box, **f, mult=top, N=Nmax).values()), method="t")
-                for f in fam}
     start = max(_mean(_by_seed(box, **f, mult=top, N=Nmin)) for f in fam)
-    flat = float(np.mean([r["plateau"] < 0.05 for r in box]))
-    zero = float(np.mean([r["train_acc"] == 1.0 for r in box]))
-    minimisers = [gate("share of teacher-grid box fits at a plateau (K2)", flat, MINIMISER_SHARE, "higher"),
-                  gate("share of teacher-grid box fits with zero training error (K3)", zero, MINIMISER_SHARE, "higher")]
-    minimiser_rule = (f" Gates: at least {MINIMISER_SHARE:.0%} of the teacher-grid box fits at a plateau (K2) and at "
-                      "zero training error (K3), else not run (the theorems are about minimisers).")
-    f0 = fam[0]
     hi, lo = _by_seed(box, **f0, mult=top, N=Nmax), _by_seed(box, **f0, mult=top, N=Nmin)
     binding1 = min(rise, key=lambda k: rise[k]["lo"])
     claims = [claim(
         "C1-rate", "On a distribution expressed by (W0, c), the accuracy of a wide box-constrained network trained to "
-        "(approximately) minimise the empirical risk rises with N towards 1.",
+        "near-zero training error rises with N.",
         f"test accuracy of the widest box network (W = {top} W0) at N = {Nmax}, first teacher family (baseline: "
         f"the same at N = {Nmin})", paper=None, ours=_mean(hi), baseline=_mean(lo), ours_interval=_bounds(hi.values()),
         baseline_interval=_bounds(lo.values()), interval=rise[binding1],
         rule=f"In every teacher family, for the widest box network: decide(95% paired t interval of accuracy(N = "
-             f"{Nmax}) - accuracy(N = {Nmin}), delta = {d1}) and the 95% t interval of its accuracy at N = {Nmax} "
-             f"within [1 - {d1}, 1] (towards 1); the verdict is the weakest part's; the interval recorded is the "
-             f"family's rise with the lowest bound. Gate: its mean accuracy at N = {Nmin} is at most 1 - {d1} in "
-             f"every family (else saturated: no room for a rise of delta)." + minimiser_rule,
-        verdict=all_of([decide(rise[k], d1, "higher") for k in rise]
-                       + [decide_within(level_iv[k], 1 - d1, None) for k in level_iv]),
+             f"{Nmax}) - accuracy(N = {Nmin}), delta = {d1}); the verdict is the weakest family's; the interval "
+             f"recorded is the family's with the lowest bound. Gates: its mean accuracy at N = {Nmin} at most "
+             f"1 - 2 delta in every family (unsaturated), its mean training accuracy at least {TRAIN_ACC_GATE} "
+             f"(an approximate minimiser), at least {MIN_REPLICATES} seeds.",
+        verdict=all_of([decide(rise[k], d1, "higher") for k in rise]),
         delta=d1, delta_reason=why1, better="higher",
-        gates=[gate(f"largest mean accuracy at N = {Nmin} over the families (unsaturated)", start, 1 - d1, "lower"),
-               *minimisers],
-        note="; ".join(f"(n, W0) = {k}: rise {_fmt(iv)}, accuracy at N = {Nmax} {level[k]:.4f}" for k, iv in rise.items()))]
+        gates=[gate(f"largest mean accuracy at N = {Nmin} over the families (unsaturated)", start, 1 - 2 * d1,
+                    "lower"), wide_gate, reps],
+        note="; ".join(f"(n, W0) = {k}: rise {_fmt(iv)}" for k, iv in rise.items()))]
+    # C1-W0c: the family with the larger W0/c needs more samples (lower accuracy averaged over the N grid)
+    w0c = {(f["n"], f["W0"]): float(np.mean([f["W0"] / r["c"] for r in box if r["n"] == f["n"] and r["W0"] == f["W0"]
+                                             and r["mult"] == top])) for f in fam}
+    easy, hard = min(w0c, key=w0c.get), max(w0c, key=w0c.get)
+    def curve(k):     # {seed: accuracy of the widest box network averaged over the N grid}
+        per_N = [_by_seed(box, n=k[0], W0=k[1], mult=top, N=N) for N in cfg.Ns]
+        return {s: float(np.mean([d[s] for d in per_N])) for s in per_N[0]}
+    ce, ch = curve(easy), curve(hard)
+    d1b, why1b = DELTAS["C1-W0c"]
+    iv1b = _paired(ce, ch)
+    need = {}
+    for k in w0c:
+        accs = [_mean(_by_seed(box, n=k[0], W0=k[1], mult=top, N=N)) for N in cfg.Ns]
+        need[k] = accs
+    claims.append(claim(
+        "C1-W0c", "The samples needed for a given accuracy grow with W0/c (the Theorem's sample term), so on the "
+        "family with the larger W0/c a wide network is less accurate at the same N.",
+        f"test accuracy of the widest box network averaged over N in {list(cfg.Ns)}, family (n, W0) = {easy} "
+        f"(baseline: family {hard}, the larger W0/c)", paper=None, ours=_mean(ce), baseline=_mean(ch),
+        ours_interval=_bounds(ce.values()), baseline_interval=_bounds(ch.values()), interval=iv1b,
+        rule=f"decide(95% paired t interval over seed indices of accuracy(smaller W0/c) - accuracy(larger W0/c), "
+             f"each averaged over the N grid, delta = {d1b}). Gates: the mean W0/c of the two families differ at "
+             f"least {W0C_RATIO_GATE}-fold; the widest network's mean training accuracy at least {TRAIN_ACC_GATE}; "
+             f"at least {MIN_REPLICATES} seeds.",
+        verdict=decide(iv1b, d1b, "higher"), delta=d1b, delta_reason=why1b, better="higher",
+        gates=[gate("ratio of the families' mean W0/c", w0c[hard] / w0c[easy], W0C_RATIO_GATE, "higher"),
+               wide_gate, reps],
+        note="mean W0/c: " + ", ".join(f"{k}: {v:.3g}" for k, v in w0c.items()) + "; widest network's accuracy by N "
+             + "; ".join(f"{k}: " + ", ".join(f"{a:.4f}" for a in need[k]) for k in need)))
+    # C2-width: wider is no worse than W = W0
     worse = {}
     for f in fam:
         base_by_N = {N: _by_seed(box, **f, mult=1, N=N) for N in cfg.Ns}
@@ -294,81 +343,99 @@ def make_claims(rows: list[dict], cfg) -> list[dict]:
     d2, why2 = DELTAS["C2-width"]
     wide, narrow = _by_seed(box, **f0, mult=top, N=Nmin), _by_seed(box, **f0, mult=1, N=Nmin)
     claims.append(claim(
-        "C2-width", "Wider box-constrained minimisers are no worse than the narrowest expressive one, at every N "
-        "(the over-parameterisation reading of section 6.2).",
+        "C2-width", "Wider box-constrained networks trained the same way are no worse than the narrowest expressive "
+        "one (W = W0), at every N: the samples needed do not grow with the trained width (about these fits: the "
+        "W = W0 baseline need not reach zero training error).",
         f"test accuracy of the widest box network at N = {Nmin}, first teacher family (baseline: W = W0, best of "
         f"{cfg.restarts} restarts)", paper=None, ours=_mean(wide), baseline=_mean(narrow),
         ours_interval=_bounds(wide.values()), baseline_interval=_bounds(narrow.values()), interval=worse[binding2],
         rule=f"For every family, wider width and N: the 95% paired t interval of accuracy(W) - accuracy(W0) within "
              f"the band [-{d2}, inf) (no worse than the margin delta = {d2}): inside reproduced, wholly below not "
              "reproduced, across the edge inconclusive; the verdict is the weakest cell's; the interval recorded is "
-             "the one with the lowest bound." + minimiser_rule,
+             f"the one with the lowest bound. Gates: the widest network's mean training accuracy at least "
+             f"{TRAIN_ACC_GATE}; at least {MIN_REPLICATES} seeds.",
         verdict=all_of([decide_within(iv, -d2, None) for iv in worse.values()]), band=(-d2, None), delta=d2,
-        delta_reason=why2, gates=minimisers,
+        delta_reason=why2, gates=[wide_gate, reps],
         note=f"lowest bound at (n, W0, mult, N) = {binding2}; cells whose interval reaches below -{d2}: "
              + (", ".join(str(k) for k, iv in worse.items() if iv["lo"] < -d2) or "none")
              + "; smallest mean difference " + f"{min(iv['estimate'] for iv in worse.values()):+.4f}"))
-    cl = [r for r in rows if r["part"] == "clusters"]
-    hit = {N: _by_seed(cl, "hit_acc", N=N) for N in cfg.cl_Ns}
-    hit_iv = {N: mean_interval(list(v.values()), of=f"mean accuracy on the hit cubes at N = {N}") for N, v in hit.items()}
-    small = min(cfg.cl_Ns)
-    worst3 = min(hit_iv, key=lambda N: hit_iv[N]["lo"])
-    d3, why3 = DELTAS["C3-necessity"]
+    # C5-undersized: Prop. 6.5, a network narrower than W0 fails where a wide one succeeds
+    d5, why5 = DELTAS["C5-undersized"]
+    gap5 = {(f["n"], f["W0"]): _paired(_by_seed(box, **f, mult=top, N=Nmax), _by_seed(box, **f, mult=cfg.under, N=Nmax))
+            for f in fam}
+    binding5 = min(gap5, key=lambda k: gap5[k]["lo"])
+    wu, uu = _by_seed(box, **f0, mult=top, N=Nmax), _by_seed(box, **f0, mult=cfg.under, N=Nmax)
     claims.append(claim(
-        "C3-necessity", "On cells with independent labels, a minimiser is right on the cells its sample hit and at "
-        "chance on the others, so its accuracy follows the share of cells covered and stays near chance while N is "
-        "below the number of cells.",
-        f"accuracy on the test points of hit cubes, N = {small} < K = {cfg.cl_K} (baseline: accuracy on all test points)",
-        paper=None, ours=_mean(hit[small]), baseline=_mean(_by_seed(cl, N=small)), interval=hit_iv[worst3],
-        ours_interval=(hit_iv[small]["lo"], hit_iv[small]["hi"]),
-        rule=f"At every N, the 95% t interval of the accuracy on hit cubes within [1 - {d3}, 1] (the coverage curve "
-             f"assumes 1; tolerance delta = {d3}): inside reproduced, wholly below not reproduced, across the edge "
-             "inconclusive; the verdict is the weakest N's; the interval recorded is the one with the lowest bound "
-             "(the accuracy on missed cubes is at chance for any learner: a check).",
-        verdict=all_of([decide_within(iv, 1 - d3, None) for iv in hit_iv.values()]), band=(1 - d3, None), delta=d3,
-        delta_reason=why3,
-        note="hit-cube accuracy: " + ", ".join(f"N={N}: {iv['estimate']:.3f} [{iv['lo']:.3f}, {iv['hi']:.3f}]"
-                                               for N, iv in hit_iv.items())
-             + "; overall accuracy - coverage curve: " + ", ".join(
-                 f"N={N}: {_fmt(_paired(_by_seed(cl, N=N), _by_seed(cl, 'predicted', N=N)))}" for N in cfg.cl_Ns)))
+        "C5-undersized", "A network narrower than the expressing width W0 fails to generalise where a wide one "
+        "succeeds (Prop. 6.5, the importance of over-parameterisation).",
+        f"test accuracy of the widest box network at N = {Nmax}, first family (baseline: width {cfg.under} W0, best of "
+        f"{cfg.restarts} restarts)", paper=None, ours=_mean(wu), baseline=_mean(uu), ours_interval=_bounds(wu.values()),
+        baseline_interval=_bounds(uu.values()), interval=gap5[binding5],
+        rule=f"In every family: decide(95% paired t interval of accuracy(W = {top} W0) - accuracy(W = {cfg.under} W0) "
+             f"at N = {Nmax}, delta = {d5}); the verdict is the weakest family's. Gates: the widest network's mean "
+             f"training accuracy at least {TRAIN_ACC_GATE}; at least {MIN_REPLICATES} seeds.",
+        verdict=all_of([decide(iv, d5, "higher") for iv in gap5.values()]), delta=d5, delta_reason=why5,
+        better="higher", gates=[wide_gate, reps],
+        note="wide - under-sized: " + ", ".join(f"{k}: {_fmt(iv)}" for k, iv in gap5.items())
+             + "; under-sized training accuracy at N = " + f"{Nmax}: " + ", ".join(
+                 f"{(f['n'], f['W0'])}: {_mean(_by_seed(box, 'train_acc', **f, mult=cfg.under, N=Nmax)):.4f}"
+                 for f in fam)))
+    # C4-loss: the logistic loss against the hinge, whose minimum sits at margin 1 (Def. 6.6)
     ls = [r for r in rows if r["part"] == "losses"]
     Nl = min(cfg.loss_Ns)
-    vs = {(f["n"], f["W0"]): _paired(_by_seed(ls, **f, N=Nl, loss="logistic"), _by_seed(ls, **f, N=Nl, loss="zero_hinge"))
+    vs = {(f["n"], f["W0"]): _paired(_by_seed(ls, **f, N=Nl, loss="logistic"), _by_seed(ls, **f, N=Nl, loss="hinge"))
           for f in fam}
     binding4 = min(vs, key=lambda k: vs[k]["lo"])
     d4, why4 = DELTAS["C4-loss"]
     others = {l: _paired(_by_seed(ls, **f0, N=Nl, loss="logistic"), _by_seed(ls, **f0, N=Nl, loss=l))
               for l in cfg.losses[2:]}
+    fit4 = min(float(np.mean([r["train_acc"] for r in ls if r["loss"] == l and r["N"] == Nl])) for l in cfg.losses[:2])
     claims.append(claim(
-        "C4-loss", "At small N, a minimiser of a loss whose minimum sits at a finite margin generalises worse than a "
-        "minimiser of the logistic loss.",
-        f"test accuracy with the logistic loss at N = {Nl}, first family (baseline: the zero-margin hinge, same samples "
-        "and start)", paper=None, ours=_mean(_by_seed(ls, **f0, N=Nl, loss="logistic")),
-        baseline=_mean(_by_seed(ls, **f0, N=Nl, loss="zero_hinge")), interval=vs[binding4],
-        rule=f"In every family: decide(95% paired t interval of accuracy(logistic) - accuracy(zero-margin hinge) at "
-             f"N = {Nl}, delta = {d4}); the verdict is the weakest family's.",
+        "C4-loss", "At small N, a minimiser of a loss whose minimum sits at a finite margin (the hinge) generalises "
+        "worse than a minimiser of the logistic loss (Theorem 6.7's direction).",
+        f"test accuracy with the logistic loss at N = {Nl}, first family (baseline: the hinge max(0, 1 - t), same "
+        "samples and start)", paper=None, ours=_mean(_by_seed(ls, **f0, N=Nl, loss="logistic")),
+        baseline=_mean(_by_seed(ls, **f0, N=Nl, loss="hinge")), interval=vs[binding4],
+        rule=f"In every family: decide(95% paired t interval of accuracy(logistic) - accuracy(hinge) at N = {Nl}, "
+             f"delta = {d4}); the verdict is the weakest family's. Gates: both arms' mean training accuracy at least "
+             f"{TRAIN_ACC_GATE} (minimisers that separate the sample); at least {MIN_REPLICATES} seeds. The "
+             "zero-margin hinge max(0, -t) is reported, not tested: F = 0 minimises it, so its failure holds by "
+             "construction.",
         verdict=all_of([decide(iv, d4, "higher") for iv in vs.values()]), delta=d4, delta_reason=why4,
-        better="higher",
-        note="logistic - zero hinge: " + ", ".join(f"{k}: {_fmt(iv)}" for k, iv in vs.items())
+        better="higher", gates=[gate("lowest mean training accuracy of the two arms", fit4, TRAIN_ACC_GATE, "higher"),
+                                reps],
+        note="logistic - hinge: " + ", ".join(f"{k}: {_fmt(iv)}" for k, iv in vs.items())
              + "; first family, logistic - " + ", ".join(f"{l}: {_fmt(iv)}" for l, iv in others.items())
+             + "; training accuracy: " + ", ".join(
+                 f"{l} {np.mean([r['train_acc'] for r in ls if r['loss'] == l and r['N'] == Nl]):.3f}" for l in cfg.losses)
              + "; median training margin: " + ", ".join(
                  f"{l} {np.median([r['margin_median'] for r in ls if r['loss'] == l and r['N'] == Nl]):.3g}"
                  for l in cfg.losses)))
+    cl = [r for r in rows if r["part"] == "clusters"]
+    hit_iv = {N: mean_interval(list(_by_seed(cl, "hit_acc", N=N).values()),
+                               of=f"mean accuracy on the hit cubes at N = {N}") for N in cfg.cl_Ns}
+    lowest_hit = min(iv["estimate"] for iv in hit_iv.values())
+    claims.append(check("K8-hit-cubes", "On the cubes its sample hit, the network is right (the coverage curve's "
+                        "premise; 1-nearest-neighbour is too on well-separated cubes, so this is no claim).",
+                        "lowest mean accuracy on hit cubes over N", ours=lowest_hit, passed=lowest_hit >= 0.95,
+                        rule="at least 0.95 at every N (a diagnostic, not asserted); by N: " + ", ".join(
+                            f"N={N}: {iv['estimate']:.3f} [{iv['lo']:.3f}, {iv['hi']:.3f}]" for N, iv in hit_iv.items())))
+    expressive = [r for r in box if r["mult"] >= 1]        # the under-sized arm cannot fit the sample, by design
+    flat = float(np.mean([r["plateau"] < 0.05 for r in expressive]))
+    zero = float(np.mean([r["train_acc"] == 1.0 for r in expressive]))
     fits = [r for r in rows if r["part"] in ("teacher", "clusters", "losses") and r.get("box", True)]
     claims.append(check("K1-box", "Every box-constrained network ends with every parameter in [-1, 1].",
                         "largest |parameter| over the box-constrained fits", ours=max(r["max_abs"] for r in fits),
                         passed=max(r["max_abs"] for r in fits) <= 1.0, rule="asserted: at most 1 (projection)"))
     claims.append(check("K2-plateau", "Training has stopped lowering the risk (an exact minimiser would).",
-                        "share of teacher-grid box fits whose risk fell by less than 5% over the second half of training",
+                        "share of teacher-grid box fits with W >= W0 whose risk fell by less than 5% over the second half of training",
                         ours=flat, passed=flat >= MINIMISER_SHARE,
-                        rule=f"at least {MINIMISER_SHARE:.0%} of the fits (a diagnostic, not asserted; C1 and C2's "
-                             "gate)"))
+                        rule=f"at least {MINIMISER_SHARE:.0%} of the fits (a diagnostic, not asserted)"))
     claims.append(check("K3-zero-error", "The fits reach zero training error (the teacher shows that the box holds "
                         "a zero-error network; a minimiser of the logistic risk need not have zero error).",
-                        "share of teacher-grid box fits with training accuracy 1", ours=zero,
+                        "share of teacher-grid box fits with W >= W0 and training accuracy 1", ours=zero,
                         passed=zero >= MINIMISER_SHARE,
-                        rule=f"at least {MINIMISER_SHARE:.0%} of the fits (a diagnostic, not asserted; C1 and C2's "
-                             "gate)"))
+                        rule=f"at least {MINIMISER_SHARE:.0%} of the fits (a diagnostic, not asserted)"))
     wide_fits = [r for r in box if r["mult"] >= 2]
     beat = float(np.mean([r["risk"] <= r["kcopy_risk"] for r in wide_fits]))
     claims.append(check("K4-approx-erm", "A wide fit's risk is at most that of the k-copy network of the teacher "
@@ -397,23 +464,40 @@ def make_claims(rows: list[dict], cfg) -> list[dict]:
     return claims
 
 # %% ../../nbs/ermbounds/03_evaluation.ipynb #0eeb2f54
+# Work units per second on one GPU, for the full preset's --dry-run: an assumption, not a measurement (no GPU run
+# yet). A unit is one hidden unit on one sample for one step (forward and backward, about 6n flops, n <= 16); batched
+# full-batch training of many small networks keeps an H100 at a few TFLOP/s, about 3e10 units/s.
+GPU_UNITS_PER_S = 3e10
+# Each run starts its workers, which import torch.optim and scikit-learn: profiled at about 12 s a worker on this
+# busy 2-core machine, counted as the work of about 20 s of training (at the 5e7 units/s one quiet core trains), so
+# that the laptop estimate, scaled from the smoke run (which is almost all start-up), is not dominated by it.
+STARTUP_UNITS = 2e9
+
 def plan(cfg) -> list[dict]:
-    "The phases of a run: what is trained, how many fits, and the work (sum over fits of steps x N x width)."
-    fits = [(m * W0, N) for n, W0 in cfg.teachers for s in cfg.seeds for N in cfg.Ns for m in cfg.width_mults
-            for _ in range(2 * (cfg.restarts if m == 1 else 1))]
+    "The phases of a run: what is trained, how many fits, and the work in units (hidden unit x sample x step)."
+    arms = [(cfg.under, cfg.restarts)] + [(m, cfg.restarts if m == 1 else 1) for m in cfg.width_mults]
+    fits = [(student_width(W0, m), N) for n, W0 in cfg.teachers for s in cfg.seeds for N in cfg.Ns for m, r in arms
+            for _ in range(2 * r)]
+    evals = 1 + 30 * cfg.n_robust / cfg.n_test              # a test pass, and PGD's 10 steps (forward and backward)
+    teach = sum(cfg.steps * N * W + evals * cfg.n_test * W for W, N in fits)
+    svc = len(cfg.teachers) * len(cfg.seeds) * sum(3 * N * N + N * cfg.n_test / 2 for N in cfg.Ns      # libsvm: fit, predict
+              if cfg.svc and N <= cfg.svc_max_N)
+    clus = len(cfg.seeds) * sum(cfg.cl_steps * cfg.cl_width * N + cfg.n_test * cfg.cl_width for N in cfg.cl_Ns)
+    loss = len(cfg.teachers) * len(cfg.seeds) * len(cfg.losses) * sum(cfg.steps * cfg.loss_width * N
+                                                                      + cfg.n_test * cfg.loss_width for N in cfg.loss_Ns)
+    rad = 2 * cfg.rad_sigma * cfg.rad_restarts * 100 * sum(cfg.rad_Ns)
     return [
+        dict(phase="worker start-up", workers=cfg.n_workers, units=STARTUP_UNITS),
         dict(phase="teacher-student grid", arms=f"box-constrained and free ERM; SVC up to N = {cfg.svc_max_N}",
-             teachers=cfg.teachers,
-             widths=[m for m in cfg.width_mults], Ns=cfg.Ns, seeds=len(cfg.seeds), fits=len(fits),
-             work=f"{sum(cfg.steps * N * W for W, N in fits):.2e} unit-sample steps"),
+             teachers=cfg.teachers, widths=[cfg.under, *cfg.width_mults], Ns=cfg.Ns, seeds=len(cfg.seeds),
+             fits=len(fits), units=float(teach)),
+        dict(phase="SVC (rbf) reference", units=float(svc)),
         dict(phase="clusters (section 5)", K=cfg.cl_K, width=cfg.cl_width, Ns=cfg.cl_Ns, seeds=len(cfg.seeds),
-             fits=len(cfg.seeds) * len(cfg.cl_Ns),
-             work=f"{len(cfg.seeds) * cfg.cl_steps * cfg.cl_width * sum(cfg.cl_Ns):.2e} unit-sample steps"),
+             fits=len(cfg.seeds) * len(cfg.cl_Ns), units=float(clus)),
         dict(phase="losses (section 6.3)", losses=cfg.losses, Ns=cfg.loss_Ns, width=cfg.loss_width,
-             fits=len(cfg.teachers) * len(cfg.seeds) * len(cfg.losses) * len(cfg.loss_Ns)),
+             fits=len(cfg.teachers) * len(cfg.seeds) * len(cfg.losses) * len(cfg.loss_Ns), units=float(loss)),
         dict(phase="Rademacher Monte Carlo", Ns=cfg.rad_Ns, sigma_draws=cfg.rad_sigma, restarts=cfg.rad_restarts,
-             work=f"{2 * cfg.rad_sigma * cfg.rad_restarts * 100 * sum(cfg.rad_Ns):.2e} unit-sample steps"),
-        dict(phase="robust accuracy (section 6.1)", eps=cfg.robust_eps, points=cfg.n_robust),
+             units=float(rad)),
     ]
 
 def run(cfg: Config) -> dict:

@@ -89,7 +89,7 @@ class BoxReLUNet(nn.Module):
 # %% ../../nbs/ermbounds/02_implementation.ipynb #691c7792
 def k_copy(net: BoxReLUNet, k: int) -> BoxReLUNet:
     "The width k W network made of k copies of `net`'s units: it computes k F(x) with every parameter in the box."
-    k = _positive_int("k", k)
+    k = _positive_int("k", k)      # Eq. (1): k copies compute k F, margin k c
     with torch.no_grad():
         return BoxReLUNet.from_params(net.w.repeat(k, 1), net.b.repeat(k), net.a.repeat(k))
 
@@ -169,7 +169,7 @@ def fit_erm(nets: list[BoxReLUNet], Xs, ys, *, loss: str = "logistic", steps: in
     for _ in range(steps):
         opt.zero_grad()
         F = (torch.relu(torch.baddbmm(b, X, w)) @ a).squeeze(-1)     # (B, N)
-        per_net = (lf(Y * F) * weight).sum(1)                         # each net's empirical risk
+        per_net = (lf(Y * F) * weight).sum(1)                         # each net's empirical risk, L_S of section 1
         per_net.sum().backward()                                       # their sum: each net gets its own gradient
         opt.step()
         if history:
@@ -274,12 +274,12 @@ def coverage_accuracy(K: int, N: int) -> float:
     K = _positive_int("K", K)
     if isinstance(N, bool) or not isinstance(N, (int, np.integer)) or N < 0:
         raise ValueError(f"N must be an int >= 0, got {N!r}")
-    return 0.5 + 0.5 * (1.0 - (1.0 - 1.0 / K) ** N)
+    return 0.5 + 0.5 * (1.0 - (1.0 - 1.0 / K) ** N)   # Eq. (9)
 
 # %% ../../nbs/ermbounds/02_implementation.ipynb #a4644fb0
 def rademacher_bound(n: int, W: int, N: int, const: float = 2.0) -> float:
     "const * W (n + 1) / sqrt(N): our bound on the Rademacher complexity of H_W(n) on N points (const = 2 from contraction)."
-    return const * _positive_int("W", W) * (_positive_int("n", n) + 1) / math.sqrt(_positive_int("N", N))
+    return const * _positive_int("W", W) * (_positive_int("n", n) + 1) / math.sqrt(_positive_int("N", N))   # Eq. (4)
 
 def _confidence(N: int, delta: float) -> float:
     if not 0 < delta < 1:
@@ -297,7 +297,7 @@ def margin_bound(emp_risk: float, n: int, W: int, N: int, gamma: float, delta: f
     if emp_risk < 0:
         raise ValueError(f"emp_risk must be >= 0, got {emp_risk!r}")
     share = math.exp(math.log(emp_risk) - _log_logistic(gamma)) if emp_risk > 0 else 0.0
-    return 1 - share - 2 / gamma * rademacher_bound(n, W, N) - _confidence(N, delta)
+    return 1 - share - 2 / gamma * rademacher_bound(n, W, N) - _confidence(N, delta)   # Eq. (6), share by Eq. (5)
 
 def erm_bound(n: int, W0: int, c: float, W: int, N: int, delta: float = 0.05) -> dict:
     "The accuracy bound at an ERM network of width W >= W0 for a distribution expressed by (W0, c), with its three terms."
@@ -306,7 +306,7 @@ def erm_bound(n: int, W0: int, c: float, W: int, N: int, delta: float = 0.05) ->
         raise ValueError(f"W = {W} must be at least W0 = {W0}")
     if not c > 0:
         raise ValueError(f"c must be positive, got {c!r}")
-    gamma = k * c / 2
+    gamma = k * c / 2                                             # Eq. (5) at gamma = kc/2; Eq. (7) below
     terms = {"margin": math.exp(_log_logistic(k * c) - _log_logistic(gamma)),
              "complexity": 2 / gamma * rademacher_bound(n, W, N),
              "confidence": _confidence(_positive_int("N", N), delta)}
@@ -339,7 +339,7 @@ def rademacher_mc(X, W: int, n_sigma: int = 20, restarts: int = 8, steps: int = 
     if sigma.ndim != 2 or sigma.shape[1] != N or not bool(torch.all(sigma.abs() == 1)):
         raise ValueError(f"sigma must be a (S, {N}) tensor of -1 and +1")
     n_sigma = sigma.shape[0]
-    # one unit per (sigma, sign, restart): maximise s * mean_i sigma_i relu(w . x_i + b) over the box
+    # Eq. (3): one unit per (sigma, sign, restart): maximise s * mean_i sigma_i relu(w . x_i + b) over the box
     sign = torch.tensor([1.0, -1.0], dtype=torch.float64, device=device)
     w = (2 * torch.rand(n_sigma, 2, restarts, n, generator=g, dtype=torch.float64) - 1).to(device).requires_grad_()
     b = (2 * torch.rand(n_sigma, 2, restarts, generator=g, dtype=torch.float64) - 1).to(device).requires_grad_()
