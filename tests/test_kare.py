@@ -1,7 +1,8 @@
 """Tests of iclr25_repro.kare: the ICD loader, the world's invariants, the type-wise clustering (distinct codes stay
 distinct, synonymous entities and relations merge, thresholds inside the grid), Leiden's cap, the concept graphs
 against the two hops written out, retrieval for a new record, Algorithm 1 (vectorised against the literal loop, the
-beta = 1 / lambda = 0 reduction, the decay, empty patients), the threshold search and AUROC against scikit-learn,
+beta = 1 / lambda = 0 reduction, the decay, empty patients), the assertion reader (exact on the true links, about the
+patient's own codes, equal to a literal read of the summaries), the threshold search and AUROC against scikit-learn,
 bad inputs, determinism, the claims' rules on altered rows (every verdict, the gates included), a tiny run and the
 laptop and full presets' smoke runs."""
 import dataclasses
@@ -252,6 +253,44 @@ def test_bad_inputs(setup):
         knowledge_features(np.zeros((2, 3), int), comms, reader="bag")
     with pytest.raises(ValueError, match="predictor"):
         fit_predictor(np.zeros((cohort.n, 2)), cohort.labels["mortality"], cohort.split, kind="forest")
+
+
+def test_assertion_reader(setup):
+    "The reader (01, eq. 8): exact on the true links, about the patient's own codes only, equal to a literal read of the summaries."
+    from iclr25_repro.kare.model import asserted_links, assertion_features, knowledge_features
+    table, world, kg, comms, cohort, graphs, theme = setup
+    K = len(MECHANISMS)
+    truth = [{(c, m) for c in range(world.n_codes) for m in world.links[c]}]       # one summary: every true link
+    f = assertion_features(np.zeros((cohort.n, 1), dtype=int), truth, cohort.visits)
+    for p in range(cohort.n):       # the mechanisms each label's logit counted (last visit: severe; any visit: chronic)
+        assert set(np.flatnonzero(f[p, :K] * world.severe)) == cohort.risk["mortality"][p]
+        assert set(np.flatnonzero(f[p, K:] * world.chronic)) == cohort.risk["readmission"][p]
+    # a link of a code the patient does not have says nothing about the patient
+    p = 0
+    other = next(c for c in range(world.n_codes) if all(c not in v for v in cohort.visits[p]))
+    far = assertion_features(np.zeros((1, 1), dtype=int), [{(other, world.links[other][0])}], cohort.visits[:1])
+    assert far.sum() == 0
+    # a link of an earlier visit's code (not in the last visit) marks "any visit" only
+    early = next((q, c) for q, vs in enumerate(cohort.visits) for c in vs[0] if len(vs) > 1 and c not in vs[-1])
+    q, c = early
+    one = assertion_features(np.zeros((1, 1), dtype=int), [{(c, world.links[c][0])}], cohort.visits[q:q + 1])[0]
+    assert one[K + world.links[c][0]] == 1 and one[:K].sum() == 0
+    # on the KG's communities: the same as a literal read of the picked summaries' sentences
+    picks = KARERetriever(comms, theme).retrieve_batch(graphs, 5)
+    links = asserted_links(comms, kg, world)
+    F = knowledge_features(picks, comms, links=links, visits=cohort.visits)
+    assert F.shape == (cohort.n, 2 * K) and (F[:, :K] <= F[:, K:]).all() and F[:, :K].sum() > 0
+    sentences = [set(s[:-1].split("; ")) for s in comms.summaries]
+    name = lambda e: kg.entities[kg.entity_of[e]]
+    for p in range(cohort.n):
+        for col, codes in ((0, cohort.visits[p][-1]), (K, {c for v in cohort.visits[p] for c in v})):
+            lit = [any(f"{name(world.code_names[c])} {r} {name(MECHANISMS[m][0])}" in sentences[k]
+                       for k in picks[p] for c in codes for r in kg.relations) for m in range(K)]
+            assert (F[p, col:col + K] == np.array(lit)).all(), p
+    with pytest.raises(ValueError, match="links"):
+        knowledge_features(picks, comms)
+    with pytest.raises(ValueError, match="one row per record"):
+        assertion_features(picks[:3], links, cohort.visits)
 
 
 def test_determinism():

@@ -46,8 +46,8 @@ __all__ = ['CHAPTERS', 'MECHANISMS', 'SEVERE_OUTCOMES', 'MILD_OUTCOMES', 'COURSE
            'KG', 'build_kg', 'merge_report', 'Communities', 'leiden_communities', 'summarise', 'build_communities',
            'Cohort', 'make_cohort', 'patient_text', 'concept_graphs', 'PatientGraphs', 'record_graphs',
            'patient_graphs', 'oracle_graphs', 'KARERetriever', 'dense_retrieve', 'pick_precision', 'redundancy',
-           'code_features', 'knowledge_features', 'binary_metrics', 'best_threshold', 'auroc', 'fit_predictor',
-           'visit_tensor', 'fit_gru']
+           'code_features', 'asserted_links', 'assertion_features', 'knowledge_features', 'binary_metrics',
+           'best_threshold', 'auroc', 'fit_predictor', 'visit_tensor', 'fit_gru']
 
 # %% ../../nbs/kare/02_implementation.ipynb #65246443
 def icd_categories(chapters=CHAPTERS) -> list[dict]:
@@ -374,8 +374,10 @@ def leiden_communities(kg: KG, runs: int = 3, max_cluster_size: int = 10, seed: 
     return out
 
 
-def summarise(kg: KG, rows, max_triples: int = 20) -> str:
-    "A deterministic summary of a community: its first max_triples triples (in id order) as plain sentences."
+def summarise(kg: KG, rows, max_triples: int | None = None) -> str:
+    """A deterministic summary of a community: its triples (in id order; the first max_triples if given) as plain
+    sentences. The paper summarises at most 20 triples at a time and merges those summaries recursively, so its
+    summary of a community covers all of its triples (up to 150); this verbalisation does the same without an LLM."""
     parts = [f"{kg.entities[h]} {kg.relations[r]} {kg.entities[t]}" for h, r, t in kg.triples[sorted(rows)[:max_triples]]]
     return "; ".join(parts) + "."
 
@@ -707,22 +709,62 @@ def code_features(cohort: Cohort, n_codes: int) -> np.ndarray:
     return X
 
 
-def knowledge_features(picks: np.ndarray | None, comms: Communities, dim: int | None = 32, reader: str = "concepts",
-                       concepts=None) -> np.ndarray | None:
+def asserted_links(comms: Communities, kg: KG, world: World, max_triples: int | None = None) -> list[set]:
+    """Per community, the (code index, mechanism index) pairs its summary asserts: the triples its summary writes
+    (all, as `summarise` writes them; the first max_triples if given) whose head is a code's entity and whose tail
+    is a mechanism's."""
+    code_of = {kg.entity_of[n]: i for i, n in enumerate(world.code_names)}
+    mech_of = {}
+    for k, m in enumerate(MECHANISMS):
+        if m[0] in kg.entity_of:
+            mech_of.setdefault(kg.entity_of[m[0]], []).append(k)
+    out = []
+    for rows in comms.triples:
+        out.append({(code_of[h], k) for h, _, t in kg.triples[sorted(rows)[:max_triples]]
+                    if h in code_of for k in mech_of.get(t, ())})
+    return out
+
+
+def assertion_features(picks: np.ndarray, links: list[set], visits, n_mech: int = len(MECHANISMS)) -> np.ndarray:
+    """What the retrieved summaries say about THIS patient's codes (P, 2 n_mech): column m is 1 where a picked summary
+    asserts that a code of the last visit involves mechanism m, column n_mech + m where it asserts it of a code of any
+    visit (`links` from `asserted_links`; `visits` the patients' records, lists of visits of code indices)."""
+    picks = np.asarray(picks)
+    if picks.ndim != 2 or len(picks) != len(visits):
+        raise ValueError(f"picks must be (patients, N) with one row per record, got {picks.shape} for {len(visits)} records")
+    F = np.zeros((len(visits), 2 * n_mech), dtype=np.float32)
+    for p, vs in enumerate(visits):
+        last, seen = set(vs[-1]), {c for v in vs for c in v}
+        for c in picks[p]:
+            for code, m in links[c]:
+                if code in seen:
+                    F[p, n_mech + m] = 1
+                    if code in last:
+                        F[p, m] = 1
+    return F
+
+
+def knowledge_features(picks: np.ndarray | None, comms: Communities, dim: int | None = 32, reader: str = "assertions",
+                       concepts=None, links=None, visits=None) -> np.ndarray | None:
     """What the predictor reads from each patient's retrieved summaries; None for no retrieval.
+    - reader='assertions' (the default): the mechanisms the summaries assert for the patient's own codes, of the last
+      visit and of any visit (`assertion_features`; needs `links` from `asserted_links` and the patients' `visits`);
     - reader='concepts': for each free-text concept of the KG (mechanisms, outcomes, courses: `concepts`, entity ids),
-      the share of the picks whose summary names it (P, len(concepts)), as a reader that extracts the concepts from
-      the text would;
+      the share of the picks whose summary names it (P, len(concepts)), whichever codes it is said of;
     - reader='embedding': the mean embedding of the picks, on the first `dim` principal axes of all the summaries'
       embeddings (None keeps all 384)."""
     if picks is None:
         return None
+    if reader == "assertions":
+        if links is None or visits is None:
+            raise ValueError("reader='assertions' needs links (from asserted_links) and visits (the patients' records)")
+        return assertion_features(picks, links, visits)
     if reader == "concepts":
         if concepts is None:
             raise ValueError("reader='concepts' needs concepts (the entity ids of the free-text concepts)")
         return comms.members[:, list(concepts)][picks].mean(1)
     if reader != "embedding":
-        raise ValueError(f"reader must be 'concepts' or 'embedding', got {reader!r}")
+        raise ValueError(f"reader must be 'assertions', 'concepts' or 'embedding', got {reader!r}")
     E = comms.embeddings
     if dim is not None and dim < E.shape[1]:
         mu = E.mean(0)
