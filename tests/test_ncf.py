@@ -9,8 +9,8 @@ import torch
 from torch.func import jvp
 
 from iclr25_repro.ncf import experiment
-from iclr25_repro.ncf.model import (NCF, ContextField, csm_field, generate, glycolytic_system, lotka_volterra_system,
-                                    rk4, selkov_system)
+from iclr25_repro.ncf.model import (NCF, CoDAField, ContextField, csm_field, generate, glycolytic_system,
+                                    lotka_volterra_system, rk4, selkov_system)
 
 
 @pytest.fixture(scope="module")
@@ -152,15 +152,84 @@ def test_fit_adapt_predict_shapes_and_determinism(lv_data):
         assert np.allclose(np.asarray(u), np.asarray(v))
 
 
-def test_proximal_training_and_one_for_all(lv_data):
+def test_proximal_training_lowers_the_loss_and_one_for_all_ignores_the_environment(lv_data):
     lv, tr, t = lv_data
     torch.manual_seed(6)
-    m = NCF(2, 9, context_dim=3, width=8)
-    h = m.fit(tr, t, steps=4, mode="t2", inner=1, prox=10.0)
-    assert h.shape == (2, 1) and np.isfinite(h).all()
-    ofa = NCF(2, 9, context_dim=0, order=0, pool=1, self_pool=True, width=8)
-    ofa.fit(tr, t, steps=2)
-    assert ofa.adapt(tr[:1, :1], t, steps=2).shape == (1, 1, 0)
+    m = NCF(2, 9, context_dim=3, width=8, method="midpoint")
+    h = m.fit(tr, t, steps=40, mode="t2", inner=5, prox=10.0, lr=1e-2)
+    assert h.shape == (20, 1) and h[-1, 0] < 0.7 * h[0, 0]           # 4 outer steps of 5 weight steps: it learns
+    assert m.contexts.abs().max() > 0                                   # and the context blocks moved the contexts
+    torch.manual_seed(6)
+    ofa = NCF(2, 9, context_dim=0, order=0, pool=1, self_pool=True, width=8, method="midpoint")
+    h = ofa.fit(tr, t, steps=10, lr=1e-2)
+    assert h[-1, 0] < h[0, 0]
+    assert ofa.adapt(tr[:1, :1], t, steps=2).shape == (1, 1, 0)        # nothing to adapt
+    # no context: two environments started from the same states get the same trajectories
+    x0 = np.repeat(tr[:1, :, 0], 2, axis=0)
+    pred = ofa.predict(x0, t, torch.zeros(1, 2, 0))
+    assert torch.equal(pred[0, 0], pred[0, 1])
+
+
+def test_prox_zero_with_one_inner_step_equals_plain_alternation(lv_data):
+    lv, tr, t = lv_data
+    def trained(mode, steps, prox, inner=1):
+        torch.manual_seed(3)
+        m = NCF(2, 9, context_dim=3, width=8, order=0, pool=1, self_pool=True, method="midpoint")
+        return m, m.fit(tr, t, steps=steps, mode=mode, inner=inner, prox=prox, lr=1e-2)
+    (a, ha), (b, hb) = trained("t1", 4, 0.0), trained("t2", 8, 0.0)
+    assert np.array_equal(ha, hb)
+    assert all(torch.equal(p, q) for p, q in zip(a.parameters(), b.parameters()))
+    # two inner steps per block change the order of the updates: the comparison can see a difference
+    c, _ = trained("t2", 8, 0.0, inner=2)
+    assert not all(torch.equal(p, q) for p, q in zip(a.parameters(), c.parameters()))
+
+
+def test_candidates_equal_a_loop_over_training_contexts(lv_data):
+    lv, tr, t = lv_data
+    torch.manual_seed(4)
+    m = NCF(2, 9, context_dim=3, width=8, members=2, method="midpoint")
+    with torch.no_grad():
+        m.contexts.normal_()
+    new = torch.randn(2, 2, 3)
+    x0 = torch.as_tensor(tr[:2, :, 0])
+    for order in (1, 2):
+        cand = m.candidates(x0, t, new, order=order)
+        for k in range(2):
+            one = ContextField(2, 3, 8)
+            one.load_state_dict({n: p[k:k + 1] for n, p in m.field.state_dict().items()})
+            for e in range(2):
+                for j in range(9):
+                    xe, xj = new[k, e].expand(2, -1).clone(), m.contexts[k, j].detach().expand(2, -1).clone()
+                    ref = rk4(lambda x: csm_field(one, x, xe, xj, order), x0[e], t, method="midpoint")
+                    assert torch.allclose(cand[k, e, j], ref, atol=1e-5), (order, k, e, j)
+
+
+def test_coda_field_rows_equal_the_mlp_with_their_own_weights_and_it_trains(lv_data):
+    lv, tr, t = lv_data
+    torch.manual_seed(0)
+    f = CoDAField(2, 3, width=8, members=2).double()
+    x, xi = torch.randn(2, 5, 2, dtype=torch.float64), torch.randn(2, 5, 3, dtype=torch.float64)
+    out = f(x, xi)
+    for k in range(2):
+        for r in range(5):  # row r of member k: the plain MLP with the weights theta + W xi
+            a = x[k, r]
+            for l, (o, i) in enumerate(f.shapes):
+                W = f.base.weights[l][k] + f.hyper_w[l][k].view(o, i, 3) @ xi[k, r]
+                a = W @ a + f.base.biases[l][k, 0] + f.hyper_b[l][k] @ xi[k, r]
+                a = a * torch.sigmoid(f.base.betas[l][k, 0] * a) if l < len(f.shapes) - 1 else a
+            assert torch.allclose(out[k, r], a, atol=1e-12)
+    assert not torch.allclose(out[:, :1], f(x[:, :1], xi[:, 1:2]))     # the context changes the field
+    with pytest.raises(ValueError, match="share their batch"):
+        f(x, xi[:, :2])
+    with pytest.raises(ValueError, match="context_dim"):
+        CoDAField(2, 0)
+    torch.manual_seed(0)
+    m = experiment.build("CoDA-lite", 2, 9, experiment.Config.preset("tiny"))
+    assert isinstance(m.field, CoDAField) and m.field.members == 2
+    h = m.fit(tr, t, steps=8, lr=1e-2, joint=True)
+    assert np.all(h[-1] < h[0]) and m.contexts.abs().max() > 0
+    cd = experiment.Config.preset("tiny").coda_context_dim
+    assert m.context_dim == cd and m.adapt(tr[:1, :1], t, steps=2).shape == (2, 1, cd)
 
 
 def test_a_huge_proximal_weight_holds_the_weights_near_their_anchor(lv_data):
@@ -324,10 +393,14 @@ def test_a_user_supplied_field_trains(lv_data):
     assert m.candidates(tr[:1, :, 0], t, ctx).shape == (2, 1, tr.shape[0], 2, len(t), 2)
 
 
-def _results(ofa_id, ncf_id, ncf_ood, ctx_ood, r2, ncf_sharp, ctx_sharp, ncf="NCF-joint", system="lotka-volterra"):
-    "Synthetic per-seed results: one row per (model, seed)."
+def _results(ofa_id, ncf_id, ncf_ood, ctx_ood, r2, ncf_sharp, ctx_sharp, ncf="NCF-joint", system="lotka-volterra",
+             coda_ood=None, coda_id=None):
+    "Synthetic per-seed results: one row per (model, seed); CoDA-lite rows where `coda_ood` is given."
     out = []
     for k in range(len(ncf_ood)):
+        if coda_ood is not None:
+            out.append(dict(system=system, member=k, history=[1.0, 0.5], model="CoDA-lite", ood_mse=coda_ood[k],
+                            id_mse=(coda_id or ncf_id)[k], contexts=[[1.0]] * 9, context_r2={"a": 0.5, "b": 0.5}))
         common = dict(system=system, member=k, history=[1.0, 0.5])
         out.append(dict(common, model="one-for-all", id_mse=ofa_id[k], ood_mse=0.1))
         out.append(dict(common, model="context, no CSM", id_mse=ncf_id[k], ood_mse=ctx_ood[k], contexts=[[1.0]] * 9,
@@ -382,7 +455,7 @@ def test_claims_carry_their_delta_reason_and_direction():
         assert c[cid]["delta"] == pytest.approx(experiment.DELTAS[cid][0]) and c[cid]["better"] == better
         assert c[cid]["delta_reason"] == experiment.DELTAS[cid][1] and "delta" in c[cid]["rule"]
     assert c["C1-contexts"]["delta"] == pytest.approx(math.log(3))
-    assert [len(c[k]["gates"]) for k in CLAIMS] == [2, 2, 0, 2]
+    assert [len(c[k]["gates"]) for k in CLAIMS] == [5, 5, 0, 5]   # fit x 2, finite adaptation x 2, seeds
 
 
 def test_the_fit_gate_leaves_c1_c2_and_c4_undecided():
@@ -393,7 +466,7 @@ def test_the_fit_gate_leaves_c1_c2_and_c4_undecided():
     v = claims([0.02, 0.03, 0.02])  # fields that miss their own training environments
     assert v["C1-contexts"]["verdict"] == v["C2-csm-ood"]["verdict"] == v["C4-uncertainty"]["verdict"] == "not_run"
     g = v["C2-csm-ood"]["gates"]
-    assert [x["passed"] for x in g] == [False, False] and g[0]["value"] == pytest.approx(0.07 / 3)
+    assert [x["passed"] for x in g] == [False, False, True, True, True] and g[0]["value"] == pytest.approx(0.07 / 3)
     assert g[0]["threshold"] == experiment.FIT_GATE and g[0]["better"] == "lower"
     assert v["C2-csm-ood"]["interval"] is not None and v["C2-csm-ood"]["ours"] is not None  # measured anyway
     assert v["C3-interpretable"]["verdict"] == "reproduced" and v["C3-interpretable"]["gates"] == []
@@ -404,6 +477,31 @@ def test_the_fit_gate_leaves_c1_c2_and_c4_undecided():
     for c in v.values():
         if c["kind"] == "claim":
             jsonschema.validate(c, CLAIM_SCHEMA)
+
+
+def test_c5_against_coda_lite_gives_every_verdict_and_is_gated_on_codas_fit():
+    n, base = [0.001, 0.002, 0.004], ([0.01, 0.02, 0.04], [0.001, 0.002, 0.004], [1, 2, 4], [2, 4, 8], [0.9] * 3,
+                                      [0.5] * 3, [1] * 3)
+    def c5(ncf_ood, coda_ood, coda_id=None, k=3):
+        a = [x[:k] for x in base]
+        a[2] = ncf_ood
+        rs = _results(*a, coda_ood=coda_ood, coda_id=coda_id)
+        return next(c for c in experiment.make_claims(rs, ("lotka-volterra",), {"lotka-volterra": 1e-8})
+                    if c["id"] == "C5-coda")
+    assert c5([1, 2, 4], [2.1, 3.9, 8.2])["verdict"] == "reproduced"
+    assert c5([1, 2, 4], [1.1, 2.2, 4.5])["verdict"] == "partial"
+    assert c5([1, 2, 4], [0.5, 4, 9])["verdict"] == "inconclusive"
+    assert c5([1, 2, 4], [1, 2, 4.1])["verdict"] == "not_reproduced"
+    gated = c5([1, 2, 4], [2.1, 3.9, 8.2], coda_id=[0.05, 0.02, 0.03])   # CoDA-lite misses the fit gate
+    assert gated["verdict"] == "not_run" and [g["passed"] for g in gated["gates"]] == [False, True, True, True, True]
+    diverged = c5([1, 2, 4], [2.1, float("nan"), 8.2])               # CoDA-lite's adaptation diverged in one seed
+    assert diverged["verdict"] == "not_run" and diverged["interval"] is None and diverged["ours"] is None
+    assert [g["passed"] for g in diverged["gates"]] == [True, True, False, True, True]
+    assert diverged["gates"][2]["value"] == pytest.approx(2 / 3)
+    assert c5([1, 2, 4], [2.1, float("inf"), 8.2])["verdict"] == "not_run"
+    assert gated["delta"] == pytest.approx(math.log(1.25)) and gated["better"] == "lower"
+    two = c5([1, 2], [2.1, 3.9], k=2)                                  # two seeds decide nothing
+    assert two["verdict"] == "not_run" and two["gates"][-1]["value"] == 2
 
 
 def test_make_claims_uses_t1_where_it_ran_and_claims_c2_per_system_and_variant():
@@ -489,13 +587,16 @@ def test_full_preset_plan_and_smoke(tmp_root):
     from iclr25_repro.core import cli
     full = experiment.Config.preset("full")
     phases = experiment.plan(full)
-    assert len(phases) == len(experiment.jobs_for(full)) == 12
+    assert len(phases) == len(experiment.jobs_for(full)) == 10
+    from iclr25_repro.core.cli import estimate_wall
+    est = estimate_wall("ncf", "full", measure=False)
+    assert est["seconds"] <= 600, est  # the full preset's dry-run estimate fits 10 minutes on one GPU
     lv_t1 = next(p for p in phases if p["phase"] == "lotka-volterra, NCF-t1")
     assert lv_t1["context_dim"] == 1024 and lv_t1["pool"] == 6 and lv_t1["loss_evaluations"] == 2 * full.steps
     doc = cli.run_experiment("ncf", "full", "cpu", 0, smoke=True)
     assert doc["scale"] == "full" and doc["config"]["smoke"] is True
     ids = {c["id"] for c in doc["claims"]}
-    assert {"C2-csm-ood", "C2-csm-ood-glycolytic", "C2-csm-ood-selkov", "C2-csm-ood-t2", "K3-integrator",
+    assert {"C2-csm-ood", "C2-csm-ood-glycolytic", "C5-coda", "C5-coda-glycolytic", "C2-csm-ood-t2", "K3-integrator",
             "K3-integrator-glycolytic"} <= ids
     assert all(("NCF-t2" if c["id"].endswith("-t2") else "NCF-t1") in c["metric"] for c in doc["claims"]
                if c["id"].startswith("C"))
@@ -510,7 +611,7 @@ def tiny_run():
 
 def test_tiny_run(tiny_run):
     cfg, out = tiny_run
-    assert [c["id"].split("-")[0] for c in out["claims"]] == ["C1", "C2", "C3", "C4", "K1", "K2", "K3"]
+    assert [c["id"].split("-")[0] for c in out["claims"]] == ["C1", "C2", "C5", "C3", "C4", "K1", "K2", "K3"]
     assert len(out["rows"]) == len(cfg.models) * cfg.members
     for r in out["rows"]:
         assert math.isfinite(r["id_mse"]) and math.isfinite(r["ood_mse"])
@@ -520,3 +621,34 @@ def test_tiny_run_is_deterministic(tiny_run):
     cfg, out = tiny_run
     again = experiment.run(cfg)
     assert [r["ood_mse"] for r in out["rows"]] == pytest.approx([r["ood_mse"] for r in again["rows"]], rel=1e-5)
+
+
+def test_laptop_preset_plan_dry_run_and_smoke(tmp_root):
+    from iclr25_repro.core import cli
+    laptop, ci = experiment.Config.preset("laptop"), experiment.Config.preset("ci")
+    # the same design as ci, only numbers differ
+    assert laptop.models == ci.models and laptop.systems == ci.systems and laptop.method == ci.method
+    assert laptop.members >= 10 and laptop.steps > ci.steps and set(experiment.data_seeds(laptop)).isdisjoint(
+        experiment.data_seeds(ci))
+    assert sum(p["units"] for p in experiment.plan(laptop)) > 5 * sum(p["units"] for p in experiment.plan(ci))
+    text = cli.dry_run("ncf", "laptop", measure=False)
+    assert "CoDA-lite" in text and "members" in text
+    doc = cli.run_experiment("ncf", "laptop", "cpu", 0, smoke=True)
+    assert doc["scale"] == "laptop" and doc["config"]["smoke"] is True
+    assert {"C1-contexts", "C2-csm-ood", "C5-coda", "C3-interpretable", "C4-uncertainty"} <= {c["id"] for c in doc["claims"]}
+    assert not (tmp_root / "book" / "results").exists()
+
+
+def test_rk4_and_midpoint_against_torchdiffeqs_fixed_step_solvers():
+    torchdiffeq = pytest.importorskip("torchdiffeq")
+    F = lambda z: torch.stack([0.5 * z[..., 0] - z[..., 0] * z[..., 1], 0.75 * z[..., 0] * z[..., 1] - 0.5 * z[..., 1]], -1)
+    t = torch.linspace(0, 5, 11, dtype=torch.float64)
+    z0 = torch.tensor([[1.5, 1.2], [0.8, 1.9]], dtype=torch.float64)
+    fixed = lambda method, h: torchdiffeq.odeint(lambda s, z: F(z), z0, t, method=method,
+                                                 options={"step_size": h}).transpose(0, 1)
+    # the explicit midpoint rule is the same method: equal to rounding
+    assert (rk4(F, z0, t, 2, method="midpoint") - fixed("midpoint", 0.25)).abs().max() < 1e-12
+    # torchdiffeq's rk4 is the 3/8 rule, another fourth-order method: the gap shrinks like h^4 with ours
+    g1 = (rk4(F, z0, t, 1) - fixed("rk4", 0.5)).abs().max().item()
+    g2 = (rk4(F, z0, t, 2) - fixed("rk4", 0.25)).abs().max().item()
+    assert g2 < 1e-4 and 8 < g1 / g2 < 40, (g1, g2)

@@ -17,7 +17,8 @@ from torch.func import functional_call, jvp, stack_module_state, vmap
 
 # %% auto #0
 __all__ = ['GO_IC_RANGE', 'SYSTEMS', 'MLP', 'ContextField', 'csm_field', 'StackedField', 'rk4', 'lotka_volterra', 'glycolytic',
-           'selkov', 'System', 'lotka_volterra_system', 'glycolytic_system', 'selkov_system', 'generate', 'NCF']
+           'selkov', 'System', 'lotka_volterra_system', 'glycolytic_system', 'selkov_system', 'generate', 'NCF',
+           'CoDAField']
 
 # %% ../../nbs/ncf/02_implementation.ipynb #112ab44e
 def _uniform(shape, bound: float, generator=None) -> nn.Parameter:
@@ -307,7 +308,11 @@ class NCF(nn.Module):
         if self_pool and pool != 1:
             raise ValueError("self_pool=True uses each environment as its own pool: pass pool=1")
         # the paper's architecture (Taylor-mode expansion), or any f(x, xi) module the user's factory builds (jvp)
-        self.field = ContextField(state_dim, context_dim, width, members) if field is None else StackedField(field, members)
+        if field is None:
+            self.field = ContextField(state_dim, context_dim, width, members)
+        else:  # a factory of f(x, xi) modules: one per member, stacked; or one ensemble-aware module with .members
+            probe = field()
+            self.field = probe if getattr(probe, "members", None) == members else StackedField(field, members)
         self.contexts = nn.Parameter(torch.zeros(members, n_envs, context_dim))
         self.state_dim, self.n_envs, self.context_dim, self.members = state_dim, n_envs, context_dim, members
         self.order, self.pool, self.self_pool, self.substeps = order, pool, self_pool, substeps
@@ -334,7 +339,7 @@ class NCF(nn.Module):
     def rhs(self, xi_e: torch.Tensor, xi_j: torch.Tensor, order: int):
         "x -> the self-modulated field (Eq. 1) with per-row contexts; the context part is computed once (Taylor mode)."
         fld = self.field
-        if isinstance(fld, StackedField):  # a user's field: the generic expansion of Eq. (1) by forward-mode AD
+        if not isinstance(fld, ContextField):  # a user's field: the generic expansion of Eq. (1) by forward-mode AD
             return lambda x: csm_field(fld, x, xi_e, xi_j, order)
         if self.context_dim == 0:
             return fld
@@ -499,3 +504,43 @@ class NCF(nn.Module):
         xi_j = self.contexts.view(M, 1, J, 1, -1).expand(M, E, J, N, -1).reshape(M, E * J * N, -1)
         x = x0.view(M, E, 1, N, d).expand(M, E, J, N, d).reshape(M, -1, d)
         return self.integrate(x, t, xi_e, xi_j, order).reshape(M, E, J, N, len(t), d)
+
+# %% ../../nbs/ncf/02_implementation.ipynb #c0da0002
+class CoDAField(nn.Module):
+    """CoDA-lite field f(x, xi) = g_{theta + W xi}(x): a Swish MLP of the state whose weights and biases move along a
+    learned linear map W of the context, for `members` independent fields at once (inputs (members, batch, d), or
+    (batch, d) for one member). Layer l's weight is weight_l + sum_c W_l[:, :, c] xi_c, and likewise its bias."""
+    def __init__(self, state_dim: int, context_dim: int, width: int = 32, depth: int = 4, members: int = 1,
+                 hyper_scale: float = 0.1):
+        super().__init__()
+        if state_dim < 1 or context_dim < 1 or width < 1 or depth < 2 or members < 1:
+            raise ValueError(f"need state_dim >= 1, context_dim >= 1, width >= 1, depth >= 2, members >= 1; got "
+                             f"{state_dim}, {context_dim}, {width}, {depth}, {members}")
+        sizes = [state_dim] + [width] * (depth - 1) + [state_dim]
+        self.shapes = [(o, i) for i, o in zip(sizes, sizes[1:])]
+        C = context_dim
+        self.base = MLP(sizes, members)  # theta: nn.Linear's initialisation and learned Swish betas
+        # W, split by layer: (members, out, in * C) for the weights, (members, out, C) for the biases. Small and
+        # random: with contexts starting at zero, a zero W would give neither W nor xi a gradient
+        self.hyper_w = nn.ParameterList(nn.Parameter(torch.randn(members, o, i * C) * hyper_scale / math.sqrt(i * C))
+                                        for o, i in self.shapes)
+        self.hyper_b = nn.ParameterList(nn.Parameter(torch.randn(members, o, C) * hyper_scale / math.sqrt(i * C))
+                                        for o, i in self.shapes)
+        self.state_dim, self.context_dim, self.members = state_dim, context_dim, members
+        self.n_theta = sum(o * i + o for o, i in self.shapes)
+
+    def forward(self, x: torch.Tensor, xi: torch.Tensor) -> torch.Tensor:
+        squeeze = x.ndim == 2 and self.members == 1
+        if squeeze:
+            x, xi = x.unsqueeze(0), xi.unsqueeze(0)
+        if (x.ndim != 3 or x.shape[0] != self.members or x.shape[-1] != self.state_dim or xi.shape[-1] != self.context_dim
+                or x.shape[:-1] != xi.shape[:-1]):
+            raise ValueError(f"x ({self.members}, batch, {self.state_dim}) and xi ({self.members}, batch, "
+                             f"{self.context_dim}) must share their batch; got {tuple(x.shape)} and {tuple(xi.shape)}")
+        a, n = x, len(self.shapes)
+        for l in range(n):
+            z = torch.baddbmm(self.base.biases[l], a, self.base.weights[l].mT)                       # theta's part
+            outer = (a.unsqueeze(-1) * xi.unsqueeze(-2)).flatten(-2)                                 # (M, B, in * C)
+            z = z + torch.bmm(outer, self.hyper_w[l].mT) + torch.bmm(xi, self.hyper_b[l].mT)         # (W xi)'s part
+            a = z * torch.sigmoid(self.base.betas[l] * z) if l < n - 1 else z
+        return a[0] if squeeze else a
