@@ -12,7 +12,7 @@ from iclr25_repro.needles.model import (TASKS, AnswerDataset, add_lora, altered_
                                         fact_texts, fill_budget, first_document_reader, fit, format_dict, generate_answers,
                                         gold_positions, kv_answer, kv_correct, kv_example, kv_set,
                                         length_control_example, length_matched_control, make_world, mdqa_example, mdqa_set, oracle_reader,
-                                        parse_dicts, parse_kv_answer, perplexity, random_numbers, reader_correct,
+                                        NoMLP, pair_list_example, parse_dicts, parse_kv_answer, perplexity, random_numbers, reader_correct,
                                         accuracy_by_position, tiny_llama, token_count, word_tokenizer)
 
 
@@ -73,8 +73,8 @@ def test_mdqa_and_world(world):
     for ex in mdqa_set(world, 20, [1, 5, 10, 15, 20], 20, seed=1):
         lines = ex["prompt"].split("\n")
         assert len(lines) == 21 and ex["entity"] not in world.facts
-        assert lines[ex["position"] - 1] == f"Document [{ex['position']}] : {ex['entity']} lives in {ex['answer']} ."
-        assert sum(f" {ex['entity']} lives" in l for l in lines) == 1
+        assert lines[ex["position"] - 1] == f"Document [{ex['position']}] : {ex['entity']} {ex['answer']} ."
+        assert sum(f" {ex['entity']} " in l for l in lines[:-1]) == 1 and lines[-1] == f"Question : {ex['entity']}"
     alt = altered_facts(world, np.random.default_rng(0))
     assert set(alt) == set(world.facts) and all(alt[e] != world.facts[e] for e in alt)
     inj = mdqa_example(world, 5, 2, np.random.default_rng(0), facts=alt)
@@ -122,7 +122,7 @@ def test_equal_token_budgets(tok, world):
     used = sum(token_count(tok, e) for e in kv)
     assert 3000 - max(token_count(tok, e) for e in kv) < used <= 3000
     ctrl = length_matched_control(world, kv, tok, np.random.default_rng(1))
-    doc = 10                                                   # "Document [ii] : x lives in y ." is at most 10 tokens
+    doc = 8                                                    # "Document [ii] : x y ." is at most 8 tokens
     assert all(0 <= token_count(tok, e) - token_count(tok, c) <= doc for e, c in zip(kv, ctrl))
     assert all("Question" not in c["answer"] and c["prompt"] == "" for c in ctrl)
     with pytest.raises(ValueError, match="budget"):
@@ -220,6 +220,98 @@ def test_smollm2_answers_a_key_value_prompt():
     assert enc["labels"].count(-100) < len(enc["labels"]) and enc["input_ids"][-1] == tok.eos_token_id
     out = generate_answers(model, tok, [ex], chat=True, max_new_tokens=24)[0]
     assert kv_correct(out, ex, value_only=True), out
+
+
+def test_pair_lists_and_every_answer_trained(tok, world):
+    rng = np.random.default_rng(0)
+    for documents in (False, True):
+        for n in (2, 3, 4):
+            ex = pair_list_example(world, n, n, rng, documents=documents)
+            lines = ex["prompt"].split("\n")
+            facts = [l.split(" : ")[-1].split() for l in lines[:-1]]               # [entity, home, "."]
+            home = {e: h for e, h, _ in facts}
+            asked = [ex["entity"]] + [q.split()[-1] for q, _ in ex["more"]]
+            assert len(lines) == n + 1 and sorted(asked) == sorted(home)          # every pair asked once
+            assert [ex["answer"]] + [a for _, a in ex["more"]] == [home[e] for e in asked]
+            assert all(l.startswith(f"Document [{i + 1}] : ") == documents for i, l in enumerate(lines[:-1]))
+            enc = encode_example(tok, ex)
+            lab = [t for t in enc["labels"] if t != -100]
+            assert tok.convert_ids_to_tokens(lab[:-1]) == [home[e] for e in asked] and lab[-1] == tok.eos_token_id
+            ids, labels = enc["input_ids"], enc["labels"]
+            assert all(ids[i] == t for i, t in enumerate(labels) if t != -100)      # labels are the tokens themselves
+            for i, t in enumerate(labels):                                          # each answer follows its question's entity
+                if t != -100 and t != tok.eos_token_id:
+                    assert tok.convert_ids_to_tokens(ids[i - 1]) in home
+    with pytest.raises(ValueError, match="n_questions"):
+        pair_list_example(world, 2, 3, rng)
+
+
+def test_attention_only_model(tok):
+    full, attn = tiny_llama(len(tok), 32, 2, 2, seed=0), tiny_llama(len(tok), 32, 2, 2, seed=0, mlp=False)
+    assert all(isinstance(layer.mlp, NoMLP) for layer in attn.model.layers)
+    assert not any("mlp" in k for k in attn.state_dict()) and any("mlp" in k for k in full.state_dict())
+    x = torch.randn(3, 4, 32)
+    assert torch.equal(attn.model.layers[0].mlp(x), torch.zeros_like(x))
+    ids = torch.tensor([[2, 10, 11, 12, 13]])
+    with torch.no_grad():                                   # the same attention weights, a different output without MLPs
+        assert not torch.allclose(full(input_ids=ids).logits, attn(input_ids=ids).logits)
+        for layer in full.model.layers:
+            layer.mlp = NoMLP()
+        assert torch.allclose(full(input_ids=ids).logits, attn(input_ids=ids).logits)
+
+
+def test_base_stages_format(world):
+    from iclr25_repro.needles import experiment as E
+    cfg = E.Config.preset("tiny", base_max_docs=3, base_examples=30)
+    tok = E.build_tokenizer(world)
+    for documents in (False, True):
+        data = E._stage_data(cfg, world, tok, documents, np.random.default_rng(0))
+        q = tok.convert_tokens_to_ids("Question")
+        lists = [x for x in data.items if x["input_ids"].count(q) > 1]             # the lists: several questions each
+        assert len(lists) == cfg.base_examples
+        assert all((tok.convert_tokens_to_ids("Document") in x["input_ids"]) == documents for x in lists)
+        assert len(data) == cfg.base_examples + 2 * len(world.facts) * cfg.fact_repeats
+
+
+def _rows(seeds, syn_mid, ctl_mid, base_mid, syn_cb, inj_cb, nt_all, base_cb=1.0):
+    "Rows as a job writes them, with chosen per-seed numbers for the claims' metrics."
+    rows = []
+    for i, s in enumerate(seeds):
+        vals = {"base": (base_mid[i], base_cb, base_mid[i]), "synthetic": (syn_mid[i], syn_cb[i], syn_mid[i]),
+                "synthetic-no-template": (0.3, base_cb, nt_all[i]), "length-control": (ctl_mid[i], base_cb, ctl_mid[i]),
+                "knowledge-injecting": (0.3, inj_cb[i], 0.3), "mdqa": (0.6, base_cb, 0.6)}
+        for arm, (mid, cb, acc_all) in vals.items():
+            rows.append(dict(seed=s, arm=arm, acc_p1=0.9, acc_p5=mid, acc_p10=mid, acc_p15=mid, acc_p20=0.9, acc_mid=mid,
+                             acc_all=acc_all, closed_book=cb, ppl=5.0, short_acc=0.9, n_tokens=1000, budget_ok=True))
+        rows.append(dict(seed=s, arm="readers", oracle_acc=1.0, first_doc_p1=1.0, first_doc_rest=0.02))
+    return rows
+
+
+def test_claim_rules_give_each_verdict():
+    from iclr25_repro.needles import experiment as E
+    cfg, seeds = E.Config.preset("laptop"), [1, 2, 3, 4, 5]
+    ok = dict(short_acc=0.9, closed_book=1.0)
+    base = [0.40, 0.42, 0.41, 0.39, 0.40]
+    up = lambda d, jit=0.005: [b + d + jit * (-1) ** i for i, b in enumerate(base)]
+    V = lambda rows, g=ok, sd=seeds: {c["id"]: c["verdict"] for c in E.make_claims(rows, sd, cfg, g)}
+    cb1, inj, drop = [1.0, 0.99, 1.0, 0.99, 1.0], [0.8, 0.82, 0.79, 0.81, 0.8], [0.85, 0.86, 0.84, 0.85, 0.87]
+    # C1: the synthetic finetune 0.10 above base and control; C2: no drop, the injection 0.2 lower; C3: 0.10 with template
+    good = _rows(seeds, up(0.10), base, base, cb1, inj, up(-0.10 + 0.0))
+    v = V(good)
+    assert v["C1"] == "reproduced" and v["C2"] == "reproduced" and v["C3"] == "reproduced"
+    assert v["K1"] == v["K2"] == v["K3"] == "passed"
+    assert V(_rows(seeds, up(0.0), base, base, cb1, inj, up(0.0)))["C1"] == "not_reproduced"   # no gain
+    assert V(_rows(seeds, up(0.02), base, base, cb1, inj, up(0.0)))["C1"] == "partial"          # gain below delta
+    assert V(_rows(seeds, up(0.04, 0.05), base, base, cb1, inj, up(0.0)))["C1"] == "inconclusive"
+    assert V(_rows(seeds, up(0.10), up(0.10), base, cb1, inj, up(0.0)))["C1"] == "not_reproduced"  # = control
+    assert V(_rows(seeds, up(0.10), base, base, drop, inj, up(0.0)))["C2"] == "not_reproduced"  # drops too
+    assert V(_rows(seeds, up(0.10), base, base, cb1, cb1[::-1], up(0.0)))["C2"] == "not_reproduced"    # injection keeps
+    for g, sd in [(dict(short_acc=0.7, closed_book=1.0), seeds), (dict(short_acc=0.9, closed_book=0.9), seeds),
+                  (ok, seeds[:2])]:                       # either competence gate, or fewer than 3 seeds: not run
+        rows = _rows(sd, up(0.10), base, base, cb1, inj, up(-0.10))
+        assert {V(rows, g, sd)[c] for c in ("C1", "C2", "C3")} == {"not_run"}
+    high = [0.95] * 5                                     # a base with no room at the middle positions: C1 not run
+    assert V(_rows(seeds, [1.0] * 5, high, high, cb1, inj, up(0.0)))["C1"] == "not_run"
 
 
 def test_tiny_run_end_to_end():

@@ -18,7 +18,7 @@ from .model import (AnswerDataset, accuracy_by_position, altered_facts, answer_c
                                         closed_book_recall, closed_book_set, fact_texts, fill_budget,
                                         first_document_reader, fit, generate_answers, kv_correct, kv_example, kv_set,
                                         length_control_example, length_matched_control, make_world, mdqa_example,
-                                        mdqa_set, oracle_reader, perplexity, reader_correct, tiny_llama, token_count,
+                                        mdqa_set, oracle_reader, pair_list_example, perplexity, reader_correct, tiny_llama, token_count,
                                         word_tokenizer)
 
 PAPER = {"title": "From Artificial Needles to Real Haystacks: Improving Retrieval Capabilities in LLMs by Finetuning on "
@@ -40,18 +40,21 @@ class Config(ScaledConfig):
     n_facts: int = 60                 # the closed-book fact table
     n_doc_entities: int = 400
     n_places: int = 16                # a small value vocabulary makes retrieval learnable fast (issue's design)
-    # the base model, trained once per run
+    # the base model, trained once per run: attention-only, a format curriculum (bare pairs, then documents)
     d_model: int = 64
     layers: int = 2
     heads: int = 4
-    base_steps: int = 96              # split evenly over the curriculum stages 1..base_max_docs documents
+    mlp: bool = False                 # attention-only (derivation, section 1b)
+    pairs_steps: int = 48             # stage 0: bare "X Y ." pair lists, a question about each pair
+    docs_steps: int = 48              # stage 1: the same as "Document [i] : X Y ." documents
     base_batch: int = 32
     base_lr: float = 3e-3
+    base_min_docs: int = 2            # pairs (documents) per training list: base_min_docs..base_max_docs
     base_max_docs: int = 4
-    base_examples: int = 2000         # short MDQA questions per stage
-    base_texts: int = 300             # document texts (language-model loss) per stage
+    base_questions: int = 4           # questions per list (at most its pairs), the loss on every answer
+    base_examples: int = 800          # lists per stage
     fact_repeats: int = 8             # copies of the closed-book questions and fact sentences per stage
-    curve_every: int = 32
+    curve_every: int = 48
     gate_questions: int = 100         # held-out questions at 3-4 documents for the competence gate
     # the finetunes, at equal token budgets
     ft_budget: int = 15_000           # tokens per finetune set
@@ -81,55 +84,60 @@ class Config(ScaledConfig):
             raise ValueError(f"positions must lie in 1..eval_docs={self.eval_docs}, got {self.positions}")
         if self.d_model % self.heads:
             raise ValueError(f"d_model={self.d_model} must be a multiple of heads={self.heads}")
+        if not 1 <= self.base_min_docs <= self.base_max_docs:
+            raise ValueError(f"need 1 <= base_min_docs <= base_max_docs, got {self.base_min_docs}, {self.base_max_docs}")
         if self.ft_docs > self.n_facts:
             raise ValueError(f"the knowledge-injecting set needs ft_docs={self.ft_docs} <= n_facts={self.n_facts}")
 
     PRESETS: ClassVar[dict] = {
-        "tiny": dict(n_facts=20, n_doc_entities=80, n_places=8, d_model=32, layers=1, heads=2, base_steps=8,
-                     base_batch=8, base_max_docs=2, base_examples=40, base_texts=10, fact_repeats=1, curve_every=4,
+        "tiny": dict(n_facts=20, n_doc_entities=80, n_places=8, d_model=32, layers=1, heads=2, pairs_steps=4,
+                     docs_steps=4, base_batch=8, base_max_docs=2, base_examples=40, fact_repeats=1, curve_every=4,
                      gate_questions=8, ft_budget=1500, ft_steps=2, ft_batch=4, ft_docs=5, kv_dicts=2, eval_docs=5,
                      positions=(1, 3, 5), per_position=3, ppl_texts=5, smol_per_position=0, n_workers=1),
         "ci": {},
-        # not yet run: sized from the issue's pilots (d 64 x 2 layers reached 40% at 3 documents in 3,000 steps)
-        "laptop": dict(n_seeds=3, first_seed=1000, d_model=128, layers=4, heads=8, base_steps=3000, base_batch=64,
-                       base_lr=1e-3, base_examples=8000, base_texts=1000, curve_every=250, gate_questions=400,
-                       ft_budget=150_000, ft_steps=200, ft_batch=16, per_position=100, ppl_texts=400,
-                       smol_per_position=10, smol_dicts=(4, 12), n_workers=2),
-        "full": dict(n_seeds=5, first_seed=1000, n_facts=200, n_doc_entities=2000, n_places=64, d_model=384, layers=8,
-                     heads=8, base_steps=6000, base_batch=128, base_lr=5e-4, base_examples=40000, base_texts=5000,
-                     curve_every=500, gate_questions=1000, ft_budget=1_000_000, ft_steps=600, ft_batch=32,
-                     per_position=400, ppl_texts=1000, smol_per_position=40, smol_dicts=(8, 24), n_workers=1),
+        # the pilots' recipe (attention-only d 64 x 2, batch 256, lr 3e-3): retrieval forms near step 1,000 of stage 0
+        # and carries over to documents within a few hundred steps of stage 1
+        "laptop": dict(n_seeds=5, first_seed=1000, n_places=64, pairs_steps=1200, docs_steps=400, base_batch=256,
+                       base_examples=8000, curve_every=100, gate_questions=400, ft_budget=150_000, ft_steps=150,
+                       ft_batch=16, per_position=100, ppl_texts=400, smol_per_position=10, smol_dicts=(4, 8),
+                       n_workers=2),
+        "full": dict(n_seeds=5, first_seed=1000, n_facts=200, n_doc_entities=2000, n_places=64, d_model=128, layers=2,
+                     heads=8, pairs_steps=2000, docs_steps=1000, base_batch=256, base_examples=40000, curve_every=250,
+                     gate_questions=1000, ft_budget=1_000_000, ft_steps=600, ft_batch=32, per_position=400,
+                     ppl_texts=1000, smol_per_position=40, smol_dicts=(8, 24), n_workers=1),
     }
-    # a smoke run keeps the model sizes and every phase; it caps the loops and the context (5 documents, 2 dictionaries)
+    # a smoke run keeps the model sizes and every phase; it caps the loops and the context (5 documents, 2 dictionaries).
+    # Its base steps keep a batch of up to 64, so that its time, which --dry-run scales to the preset, holds some of
+    # the base's training steps (the preset's largest phase) beside the fixed costs
     SMOKE: ClassVar[dict] = {**{k: (lambda cap: lambda v: min(v, cap))(cap) for k, cap in dict(
-        n_seeds=2, base_steps=4, base_batch=4, base_examples=40, base_texts=10, fact_repeats=1, gate_questions=8,
+        n_seeds=2, pairs_steps=10, docs_steps=10, base_batch=64, base_examples=400, fact_repeats=1, gate_questions=8,
         ft_budget=1500, ft_steps=2, ft_batch=2, per_position=1, ppl_texts=4, smol_per_position=0, n_workers=1,
         n_facts=24, eval_docs=5, ft_docs=5, kv_dicts=2).items()},
         "positions": lambda v: tuple(sorted({min(p, 5) for p in v}))}
 
 # %% ../../nbs/needles/03_evaluation.ipynb #96a4d6c3
 ARMS = ("base", "synthetic", "synthetic-no-template", "length-control", "knowledge-injecting", "mdqa")
-DOC_TOKENS = 12                      # "Document [100] : x lives in y ." at most, with the word-level tokenizer
+DOC_TOKENS = 10                      # "Document [100] : x y ." at most, with the word-level tokenizer
 
 
 def build_tokenizer(world):
     "The word-level tokenizer over every word the run can write (both key-value tasks, with and without the template)."
     texts = [e["prompt"] + " " + e["answer"] for t in ("simple", "multi") for tp in (True, False)
              for e in kv_set(4, 3, seed=0, task=t, template=tp)]
-    texts += [mdqa_example(world, 3, 1, np.random.default_rng(0))["prompt"], "Document [10] : lives in ."]
+    texts += [mdqa_example(world, 3, 1, np.random.default_rng(0))["prompt"], "Document [10] : ."]
     return word_tokenizer(texts + world.entities + world.places)
 
 
-def _stage_data(cfg, world, tok, k: int, rng) -> AnswerDataset:
-    "Curriculum stage k: short questions over 1..k documents, the fact table, document texts."
-    ex = [mdqa_example(world, n, int(rng.integers(1, n + 1)), rng) for n in rng.integers(1, k + 1, cfg.base_examples)]
-    ex += [length_control_example(world, int(n), rng) for n in rng.integers(1, k + 1, cfg.base_texts)]
+def _stage_data(cfg, world, tok, documents: bool, rng) -> AnswerDataset:
+    "One curriculum stage: lists of base_min_docs..base_max_docs pairs with a question about each, and the fact table."
+    ns = rng.integers(cfg.base_min_docs, cfg.base_max_docs + 1, cfg.base_examples)
+    ex = [pair_list_example(world, int(n), min(cfg.base_questions, int(n)), rng, documents) for n in ns]
     facts = closed_book_set(world) + [dict(task="lm", prompt="", answer=t) for t in fact_texts(world)]
     return AnswerDataset(ex + facts * cfg.fact_repeats, tok)
 
 
 def short_range_set(cfg, world, seed: int) -> list[dict]:
-    "Held-out questions at 3 and 4 documents (fewer when the curriculum stops earlier), gold uniform: the gate's set."
+    "Held-out questions at 3 and 4 documents (fewer when training stops earlier), one question each, gold uniform: the gate's set."
     rng = np.random.default_rng(seed)
     hi = min(4, cfg.base_max_docs)
     ns = rng.integers(max(1, hi - 1), hi + 1, cfg.gate_questions)
@@ -137,19 +145,19 @@ def short_range_set(cfg, world, seed: int) -> list[dict]:
 
 
 def train_base(cfg, world, tok, dev) -> tuple:
-    "The base model, its learning curve [(step, short-range accuracy, closed-book recall)] and its gate numbers."
-    model = tiny_llama(len(tok), cfg.d_model, cfg.layers, cfg.heads, seed=cfg.seed).to(dev)
+    "The base model, its learning curve [(step, stage, short-range accuracy, closed-book recall)] and its gate numbers."
+    model = tiny_llama(len(tok), cfg.d_model, cfg.layers, cfg.heads, seed=cfg.seed, mlp=cfg.mlp).to(dev)
     rng = np.random.default_rng(cfg.seed + 1)
     held = AnswerDataset(short_range_set(cfg, world, cfg.seed + 2), tok)
     curve, done = [], 0
-    per_stage = max(1, cfg.base_steps // cfg.base_max_docs)
-    for k in range(1, cfg.base_max_docs + 1):
-        data = _stage_data(cfg, world, tok, k, rng)
-        record = lambda s, done=done, k=k: curve.append(dict(step=done + s, stage=k,
-                                                          short_acc=float(answer_correct(model, held).mean()),
-                                                          closed_book=closed_book_recall(model, tok, world)))
-        fit(model, data, per_stage, cfg.base_batch, cfg.base_lr, seed=cfg.seed + k, every=cfg.curve_every, callback=record)
-        done += per_stage
+    for stage, steps in ((0, cfg.pairs_steps), (1, cfg.docs_steps)):
+        data = _stage_data(cfg, world, tok, stage == 1, rng)
+        record = lambda s, done=done, stage=stage: curve.append(dict(
+            step=done + s, stage=stage, short_acc=float(answer_correct(model, held).mean()),
+            closed_book=closed_book_recall(model, tok, world)))
+        fit(model, data, steps, cfg.base_batch, cfg.base_lr, seed=cfg.seed + 1 + stage, every=cfg.curve_every,
+            callback=record)
+        done += steps
     gate_set = AnswerDataset(short_range_set(cfg, world, cfg.seed + 3), tok)
     return model, curve, dict(short_acc=float(answer_correct(model, gate_set).mean()),
                               closed_book=closed_book_recall(model, tok, world))
@@ -186,13 +194,13 @@ def job(seed: int, cfg_dict: dict, base_state: dict) -> list[dict]:
     with one_thread():
         world = make_world(cfg.n_facts, cfg.n_doc_entities, cfg.n_places, seed=cfg.seed)
         tok = build_tokenizer(world)
-        base = tiny_llama(len(tok), cfg.d_model, cfg.layers, cfg.heads, seed=cfg.seed)
+        base = tiny_llama(len(tok), cfg.d_model, cfg.layers, cfg.heads, seed=cfg.seed, mlp=cfg.mlp)
         base.load_state_dict(base_state)
         base.to(dev).eval()
         ev = mdqa_set(world, cfg.eval_docs, cfg.positions, cfg.per_position, seed=seed + 10_000)
         short = short_range_set(cfg, world, seed + 20_000)
         rng = np.random.default_rng(seed + 30_000)
-        texts = [length_control_example(world, int(n), rng)["answer"] for n in rng.integers(1, cfg.base_max_docs + 1, cfg.ppl_texts)]
+        texts = [length_control_example(world, int(n), rng)["answer"] for n in rng.integers(cfg.base_min_docs, cfg.base_max_docs + 1, cfg.ppl_texts)]
         sets = finetune_sets(cfg, world, tok, seed)
         syn_tokens = AnswerDataset(sets["synthetic"], tok).n_tokens
         for arm in ARMS:
@@ -263,18 +271,21 @@ def plan(cfg: Config) -> list[dict]:
     "The phases of a run, with their work in token-passes scaled to a 64-wide, 2-layer Llama (a training step counts three)."
     size = max((cfg.d_model / 64) ** 2 * cfg.layers / 2, 1.0)
     doc = DOC_TOKENS - 1                                         # tokens of one document, about
-    short_len = doc * (cfg.base_max_docs + 1) / 2 + 12
+    pairs = (cfg.base_min_docs + cfg.base_max_docs) / 2
+    short_len = (doc + 3) * pairs + 2                            # the documents, a 3-token question-answer per pair
+    steps = cfg.pairs_steps + cfg.docs_steps
     long_len = doc * cfg.eval_docs + 12
     par = effective_workers(min(cfg.n_workers, cfg.n_seeds))
-    base = cfg.base_steps * cfg.base_batch * short_len * 3 * size
+    base = steps * cfg.base_batch * short_len * 3 * size
     arms = len(ARMS) - 1
     ft = cfg.n_seeds * arms * cfg.ft_steps * cfg.ft_batch * long_len * 3 * size
     ev = cfg.n_seeds * len(ARMS) * (len(cfg.positions) * cfg.per_position * long_len
                                     + (cfg.gate_questions + cfg.n_facts) * short_len) * size
     smol = cfg.smol_per_position * 3 * len(cfg.smol_dicts) * 4e5     # SmolLM2: about 60x the work of a tiny pass
     return [dict(phase="base", jobs=1, units=base,
-                 size=f"Llama {cfg.layers} x {cfg.d_model}, {cfg.heads} heads; {cfg.base_steps} steps x batch {cfg.base_batch}, "
-                      f"curriculum 1..{cfg.base_max_docs} documents; {cfg.n_facts} facts, {cfg.n_places} places"),
+                 size=f"{'attention-only ' if not cfg.mlp else ''}Llama {cfg.layers} x {cfg.d_model}, {cfg.heads} heads; "
+                      f"{cfg.pairs_steps} + {cfg.docs_steps} steps (bare pairs, then documents) x batch {cfg.base_batch}, "
+                      f"{cfg.base_min_docs}..{cfg.base_max_docs} pairs; {cfg.n_facts} facts, {cfg.n_places} places"),
             dict(phase="finetunes", jobs=cfg.n_seeds * arms, units=ft / par,
                  size=f"{arms} arms x {cfg.n_seeds} seeds, {cfg.ft_budget:,} tokens each, {cfg.ft_steps} steps x batch {cfg.ft_batch}"),
             dict(phase="evaluation", jobs=cfg.n_seeds * len(ARMS), units=ev / par,
@@ -291,19 +302,22 @@ DELTAS = {
     "C3": (0.05, "the paper's ablation table could not be read offline; five points, the scale of C1"),
 }
 GATES = {"short_acc": 0.8,      # the base retrieves at short range (3-4 documents, held out)
-         "closed_book": 0.95}   # and knows its facts
+         "closed_book": 0.95,   # and knows its facts
+         "replicates": 3}       # the results contract: a decided claim has at least 3 replicates
 
 
 def make_claims(rows, seeds, cfg, base_gate: dict) -> list[dict]:
     "The claims and checks, each decided by the rule written in it from the measured rows."
     v = lambda metric, arm: per_seed(rows, seeds, metric, arm=arm)
     competent = [gate("base accuracy at 3-4 documents (held out)", base_gate["short_acc"], GATES["short_acc"]),
-                 gate("base closed-book recall", base_gate["closed_book"], GATES["closed_book"])]
+                 gate("base closed-book recall", base_gate["closed_book"], GATES["closed_book"]),
+                 gate("finetune seeds (replicates)", len(seeds), GATES["replicates"])]
     d1, r1 = DELTAS["C1"]
     room = [gate(f"base accuracy at the middle positions at most {1 - 2 * d1:g}", float(v("acc_mid", "base").mean()),
                  1 - 2 * d1, "lower")]
     gate_text = (f"Decided only if the base passes the competence gate (at least {GATES['short_acc']} at 3-4 documents "
-                 f"and {GATES['closed_book']} closed-book recall, held out).")
+                 f"and {GATES['closed_book']} closed-book recall, held out) and there are at least "
+                 f"{GATES['replicates']} finetune seeds.")
     out = []
     syn, base, ctl = v("acc_mid", "synthetic"), v("acc_mid", "base"), v("acc_mid", "length-control")
     iv_b = paired_interval(syn, base, method="t", of="acc_mid(synthetic) - acc_mid(base)")

@@ -18,10 +18,11 @@ import torch.nn.functional as F
 __all__ = ['TASKS', 'KV_INSTRUCTION', 'ANSWER_TEMPLATE', 'CONSONANTS', 'VOWELS', 'SPECIALS', 'random_numbers', 'format_key',
            'format_dict', 'gold_positions', 'kv_answer', 'kv_example', 'as_chat', 'kv_set', 'parse_dicts',
            'parse_kv_answer', 'kv_correct', 'World', 'make_world', 'fact_sentence', 'question', 'mdqa_example',
-           'mdqa_set', 'closed_book_set', 'fact_texts', 'altered_facts', 'length_control_example', 'oracle_reader',
-           'first_document_reader', 'reader_correct', 'accuracy_by_position', 'word_tokenizer', 'encode_example',
-           'AnswerDataset', 'collate', 'token_count', 'fill_budget', 'length_matched_control', 'tiny_llama', 'add_lora',
-           'answer_loss', 'fit', 'answer_correct', 'closed_book_recall', 'perplexity', 'generate_answers']
+           'mdqa_set', 'pair_list_example', 'closed_book_set', 'fact_texts', 'altered_facts', 'length_control_example',
+           'oracle_reader', 'first_document_reader', 'reader_correct', 'accuracy_by_position', 'word_tokenizer',
+           'encode_example', 'AnswerDataset', 'collate', 'token_count', 'fill_budget', 'length_matched_control',
+           'NoMLP', 'tiny_llama', 'add_lora', 'answer_loss', 'fit', 'answer_correct', 'closed_book_recall',
+           'perplexity', 'generate_answers']
 
 # %% ../../nbs/needles/02_implementation.ipynb #5837683b
 def random_numbers(n: int, rng: np.random.Generator, digits: tuple[int, int] = (3, 4), exclude=()) -> list[int]:
@@ -220,11 +221,11 @@ def make_world(n_facts: int = 60, n_doc_entities: int = 400, n_places: int = 24,
 
 
 def fact_sentence(entity: str, place: str) -> str:
-    return f"{entity} lives in {place} ."
+    return f"{entity} {place} ."                   # key-adjacent: the value right after its key
 
 
 def question(entity: str) -> str:
-    return f"Question : where does {entity} live ? Answer :"
+    return f"Question : {entity}"
 
 
 def mdqa_example(world: World, n_docs: int, gold_position: int, rng: np.random.Generator, facts: dict | None = None) -> dict:
@@ -250,6 +251,21 @@ def mdqa_set(world: World, n_docs: int, positions, per_position: int, seed: int,
     "`per_position` examples at each gold position in `positions`."
     rng = np.random.default_rng(seed)
     return [mdqa_example(world, n_docs, int(p), rng, facts) for p in positions for _ in range(per_position)]
+
+
+def pair_list_example(world: World, n_pairs: int, n_questions: int, rng: np.random.Generator, documents: bool = True) -> dict:
+    """`n_pairs` facts about distinct document entities, then `n_questions` questions about them (each one once, in
+    random order), each answered right after it: the base's training format. `documents=False` writes the bare
+    pairs `X Y .` without the `Document [i] :` header (the first stage of the format curriculum)."""
+    if n_pairs < 1 or not 1 <= n_questions <= n_pairs:
+        raise ValueError(f"need n_pairs >= 1 and 1 <= n_questions <= n_pairs, got {n_pairs}, {n_questions}")
+    ents = [world.doc_entities[i] for i in rng.choice(len(world.doc_entities), n_pairs, replace=False)]
+    homes = [world.places[rng.integers(len(world.places))] for _ in ents]
+    lines = [(f"Document [{i + 1}] : " if documents else "") + fact_sentence(e, h) for i, (e, h) in enumerate(zip(ents, homes))]
+    asked = rng.permutation(n_pairs)[:n_questions]
+    qa = [(question(ents[j]), homes[j]) for j in asked]
+    return dict(task="mq", prompt="\n".join(lines + [qa[0][0]]), answer=qa[0][1], more=qa[1:], entity=ents[asked[0]],
+                position=int(asked[0]) + 1, n_docs=n_pairs)
 
 
 def closed_book_set(world: World) -> list[dict]:
@@ -278,7 +294,7 @@ def length_control_example(world: World, n_docs: int, rng: np.random.Generator) 
 def oracle_reader(example: dict) -> str:
     "The answer found by string search in the prompt: what a perfect retriever would say."
     if example["task"] == "mdqa":
-        m = re.search(rf"\b{re.escape(example['entity'])} lives in (\w+) \.", example["prompt"])
+        m = re.search(rf"\b{re.escape(example['entity'])} (\w+) \.", example["prompt"])
         return m.group(1) if m else ""
     for name, pairs in parse_dicts(example["prompt"]):
         for k, v in pairs:
@@ -290,7 +306,7 @@ def oracle_reader(example: dict) -> str:
 def first_document_reader(example: dict) -> str:
     "The answer read from the first document or dictionary alone: the asked key's value if it is there, else its first."
     if example["task"] == "mdqa":
-        return re.search(r"Document \[1\] : \w+ lives in (\w+) \.", example["prompt"]).group(1)
+        return re.search(r"Document \[1\] : \w+ (\w+) \.", example["prompt"]).group(1)
     name, pairs = parse_dicts(example["prompt"])[0]
     k, v = next(((k, v) for k, v in pairs if k == example["key"]), pairs[0])
     return kv_answer(k, v, name)
@@ -342,12 +358,16 @@ def encode_example(tok, example: dict, chat: bool = False, max_len: int | None =
         prompt = tok(text, add_special_tokens=False)["input_ids"]
     else:
         prompt = [tok.bos_token_id] + tok(example["prompt"], add_special_tokens=False)["input_ids"]
-    answer = tok(example["answer"], add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
-    if max_len is not None and len(prompt) + len(answer) > max_len:
-        raise ValueError(f"example of {len(prompt)} prompt + {len(answer)} answer tokens is longer than the model's "
+    answer = tok(example["answer"], add_special_tokens=False)["input_ids"]
+    ids, labels = prompt + answer, [-100] * len(prompt) + answer
+    for q, a in example.get("more", ()):                        # further questions, each answered (answer-only loss)
+        q, a = (tok(t, add_special_tokens=False)["input_ids"] for t in (q, a))
+        ids, labels = ids + q + a, labels + [-100] * len(q) + a
+    ids, labels = ids + [tok.eos_token_id], labels + [tok.eos_token_id]
+    if max_len is not None and len(ids) > max_len:
+        raise ValueError(f"example of {len(ids)} tokens ({len(prompt)} in the prompt) is longer than the model's "
                          f"context max_len={max_len}")
-    return dict(input_ids=prompt + answer, labels=[-100] * len(prompt) + answer)
-
+    return dict(input_ids=ids, labels=labels)
 
 class AnswerDataset(torch.utils.data.Dataset):
     "Encoded examples (`input_ids`, `labels` lists): a `Dataset` for `fit` or a transformers `Trainer`."
@@ -417,9 +437,17 @@ def length_matched_control(world: World, examples: list[dict], tok, rng: np.rand
     return out
 
 # %% ../../nbs/needles/02_implementation.ipynb #b7f33787
+class NoMLP(torch.nn.Module):
+    "A decoder layer's MLP that adds nothing to the residual stream: the attention-only model."
+
+    def forward(self, x):
+        return torch.zeros_like(x)
+
+
 def tiny_llama(vocab_size: int, d_model: int = 64, layers: int = 2, heads: int = 4, max_len: int = 1024,
-               seed: int = 0, pad_id: int = 0, bos_id: int = 2, eos_id: int = 3):
-    "A small `LlamaForCausalLM` trained from scratch (intermediate size 4 d; seeded initialisation)."
+               seed: int = 0, pad_id: int = 0, bos_id: int = 2, eos_id: int = 3, mlp: bool = True):
+    """A small `LlamaForCausalLM` trained from scratch (intermediate size 4 d; seeded initialisation); `mlp=False`:
+    attention-only, every decoder layer's MLP replaced by `NoMLP` (the residual stream passes it unchanged)."""
     from transformers import LlamaConfig, LlamaForCausalLM
     if d_model % heads:
         raise ValueError(f"d_model={d_model} must be a multiple of heads={heads}")
@@ -428,7 +456,11 @@ def tiny_llama(vocab_size: int, d_model: int = 64, layers: int = 2, heads: int =
                       pad_token_id=pad_id, bos_token_id=bos_id, eos_token_id=eos_id, tie_word_embeddings=True)
     with torch.random.fork_rng():                                # seeded without touching the global generator
         torch.manual_seed(seed)
-        return LlamaForCausalLM(cfg)
+        model = LlamaForCausalLM(cfg)
+    if not mlp:
+        for layer in model.model.layers:
+            layer.mlp = NoMLP()
+    return model
 
 
 def add_lora(model, r: int = 8, alpha: int = 16, targets=("q_proj", "k_proj", "v_proj", "o_proj"), dropout: float = 0.0):
