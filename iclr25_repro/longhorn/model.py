@@ -11,11 +11,13 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from transformers import GenerationMixin, PretrainedConfig, PreTrainedModel
-from transformers.modeling_outputs import CausalLMOutput
+from transformers.cache_utils import Cache
+from transformers.modeling_outputs import CausalLMOutputWithPast
 
 # %% auto #0
-__all__ = ['SCANS', 'KINDS', 'scan_sequential', 'scan_chunked', 'SSMMixer', 'LonghornLayer', 'MambaStyleLayer',
-           'ExplicitDeltaLayer', 'SSMBlock', 'SSMConfig', 'SSMForCausalLM', 'llama_baseline', 'mqar', 'query_accuracy']
+__all__ = ['SCANS', 'KINDS', 'scan_sequential', 'scan_chunked', 'implicit_step_size', 'implicit_update', 'explicit_update',
+           'diagonal_coefficients', 'SSMMixer', 'LonghornLayer', 'MambaStyleLayer', 'ExplicitDeltaLayer', 'SSMBlock',
+           'SSMConfig', 'SSMCache', 'SSMForCausalLM', 'llama_baseline', 'mqar', 'query_accuracy']
 
 # %% ../../nbs/longhorn/02_implementation.ipynb #4f87a8a5
 def _check_scan(a: torch.Tensor, u: torch.Tensor, s0: torch.Tensor | None) -> None:
@@ -97,6 +99,34 @@ def scan_chunked(a: torch.Tensor,          # (B, L, ...) decays
 
 SCANS = {"chunked": scan_chunked, "sequential": scan_sequential}
 
+# %% ../../nbs/longhorn/02_implementation.ipynb #a1b2c3d2
+def implicit_step_size(beta: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+    "eps = beta / (1 + beta |k|^2): beta (...), k (..., N) -> (...). Eq. (2)"
+    return beta / (1 + beta * (k * k).sum(-1))
+
+def implicit_update(s_prev: torch.Tensor,   # (..., N) the channel's state
+                    k: torch.Tensor,        # (..., N) key
+                    x: torch.Tensor,        # (...) the value to regress on
+                    beta: torch.Tensor,     # (...) step size > 0
+                    ) -> torch.Tensor:      # (..., N)
+    "Longhorn's exact update argmin_s |s - s_prev|^2 + beta (s^T k - x)^2, in closed form. Eq. (2)"
+    eps = implicit_step_size(beta, k)
+    return s_prev - (eps * ((s_prev * k).sum(-1) - x)).unsqueeze(-1) * k
+
+def explicit_update(s_prev: torch.Tensor, k: torch.Tensor, x: torch.Tensor, beta: torch.Tensor) -> torch.Tensor:
+    "One gradient step of size beta on (s^T k - x)^2 / 2 from s_prev (DeltaNet's update); shapes as `implicit_update`. Eq. (6)"
+    return s_prev - (beta * ((s_prev * k).sum(-1) - x)).unsqueeze(-1) * k
+
+def diagonal_coefficients(beta: torch.Tensor,   # (..., D) step sizes per channel
+                          k: torch.Tensor,      # (..., N) key shared by the channels
+                          x: torch.Tensor,      # (..., D) values
+                          implicit: bool = True,  # Longhorn's step eps (True) or the explicit step beta
+                          ) -> tuple[torch.Tensor, torch.Tensor]:  # decays a, inputs u, each (..., D, N)
+    "The diagonal form of the delta-rule update, S_t = a * S_{t-1} + u with a = 1 - step k^2 and u = step x k. Eq. (4)"
+    k2 = k * k
+    step = beta / (1 + beta * k2.sum(-1, keepdim=True)) if implicit else beta
+    return 1 - step.unsqueeze(-1) * k2.unsqueeze(-2), (step * x).unsqueeze(-1) * k.unsqueeze(-2)
+
 # %% ../../nbs/longhorn/02_implementation.ipynb #f4314547
 KINDS = ("longhorn", "mamba", "explicit")
 
@@ -161,13 +191,7 @@ class SSMMixer(nn.Module):
                 self.last = {"delta": delta.detach(), "k": k.detach(), "a": a.detach()}
             return a, u, q
         beta = torch.sigmoid(r)
-        k2 = k * k
-        if self.kind == "longhorn":
-            step = beta / (1 + beta * k2.sum(-1, keepdim=True))   # eps = beta / (1 + beta |k|^2), derivation (2)
-        else:
-            step = beta                                           # the explicit (delta-rule) step, derivation (6)
-        a = 1 - step.unsqueeze(-1) * k2.unsqueeze(-2)             # diagonal of I - step k k^T, derivation (4)
-        u = (step * x).unsqueeze(-1) * k.unsqueeze(-2)            # step x k^T
+        a, u = diagonal_coefficients(beta, k, x, implicit=self.kind == "longhorn")   # derivation (4), step (2) or (6)
         if self.record:
             self.last = {"beta": beta.detach(), "k": k.detach(), "a": a.detach(), "u": u.detach(), "x": x.detach()}
         return a, u, q
@@ -267,6 +291,37 @@ class SSMConfig(PretrainedConfig):
                     chunk=self.chunk, n_layer=self.n_layer, key_norm=self.key_norm)
 
 
+class SSMCache(Cache):
+    """The recurrent inference cache of `SSMForCausalLM` (a transformers `Cache`, in the style of `MambaCache`): per
+    layer the convolution window (B, D, d_conv) and the state (B, D, N), of fixed size whatever the length; `seen` is
+    the number of tokens it has absorbed. `generate` creates and advances it through the model's `step`."""
+    is_compileable = False
+
+    def __init__(self, n_layers: int):
+        super().__init__(layers=[])
+        self.entries, self.seen = [None] * n_layers, 0
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+    def get_seq_length(self, layer_idx: int = 0) -> int:
+        return self.seen
+
+    def reset(self) -> None:
+        self.entries, self.seen = [None] * len(self.entries), 0
+
+    def reorder_cache(self, beam_idx: torch.LongTensor) -> None:
+        "Select the batch rows `beam_idx` (beam search)."
+        self.entries = [None if e is None else tuple(t.index_select(0, beam_idx.to(t.device)) for t in e)
+                        for e in self.entries]
+
+    def batch_repeat_interleave(self, repeats: int) -> None:
+        self.entries = [None if e is None else tuple(t.repeat_interleave(repeats, 0) for t in e) for e in self.entries]
+
+    def batch_select_indices(self, indices: torch.Tensor) -> None:
+        self.entries = [None if e is None else tuple(t[indices] for t in e) for e in self.entries]
+
+
 class SSMForCausalLM(PreTrainedModel, GenerationMixin):
     "A stack of SSM blocks with tied embeddings: a transformers causal LM (Trainer, generate, save_pretrained)."
     config_class = SSMConfig
@@ -305,17 +360,31 @@ class SSMForCausalLM(PreTrainedModel, GenerationMixin):
         if ids.numel() and (ids.min() < 0 or ids.max() >= self.vocab_size):
             raise ValueError(f"{name} must lie in [0, {self.vocab_size})")
 
+    @classmethod
+    def _supports_default_dynamic_cache(cls) -> bool:
+        return False   # generate() must not make a DynamicCache: the model makes its own SSMCache
+
     def forward(self, input_ids: torch.Tensor | None = None, attention_mask: torch.Tensor | None = None,
-                labels: torch.Tensor | None = None, **kwargs) -> CausalLMOutput:
-        "input_ids (B, L) int64, attention_mask (B, L) 0/1 (left or right padding only) -> CausalLMOutput(loss, logits)."
+                labels: torch.Tensor | None = None, cache: SSMCache | None = None, use_cache: bool | None = None,
+                **kwargs) -> CausalLMOutputWithPast:
+        """input_ids (B, L) int64, attention_mask (B, L) 0/1 (left or right padding only) -> CausalLMOutputWithPast(loss,
+        logits, cache). With `use_cache` or a `cache`, the tokens run through the recurrent `step` from the cache's
+        state (linear in the length; what `generate` uses); otherwise through the parallel scan."""
         self._check_ids(input_ids, "input_ids", 2)
         if attention_mask is not None and attention_mask.shape != input_ids.shape:
             raise ValueError(f"attention_mask must have the shape of input_ids {tuple(input_ids.shape)}, got "
                              f"{tuple(attention_mask.shape)}")
-        h = self.embedding(input_ids)
-        for block in self.layers:
-            h = block(h, attention_mask)
-        logits = self.norm_f(h) @ self.embedding.weight.T
+        if cache is not None and not isinstance(cache, SSMCache):
+            raise ValueError(f"cache must be an SSMCache, got {type(cache).__name__}")
+        if cache is not None or use_cache:
+            cache = cache if cache is not None else SSMCache(len(self.layers))
+            logits = torch.stack([self._cached_step(input_ids[:, t], cache, None if attention_mask is None else
+                                                    attention_mask[:, t]) for t in range(input_ids.shape[1])], 1)
+        else:
+            h = self.embedding(input_ids)
+            for block in self.layers:
+                h = block(h, attention_mask)
+            logits = self.norm_f(h) @ self.embedding.weight.T
         loss = None
         if labels is not None:
             if labels.shape != input_ids.shape:
@@ -323,12 +392,33 @@ class SSMForCausalLM(PreTrainedModel, GenerationMixin):
                                  f"{tuple(labels.shape)}")
             loss = F.cross_entropy(logits[:, :-1].reshape(-1, self.vocab_size), labels[:, 1:].reshape(-1),
                                    ignore_index=-100)
-        return CausalLMOutput(loss=loss, logits=logits)
+        return CausalLMOutputWithPast(loss=loss, logits=logits, cache=cache)
+
+    def _cached_step(self, token: torch.Tensor, cache: SSMCache, keep: torch.Tensor | None) -> torch.Tensor:
+        "One token per row through every block's step, advancing `cache` in place; rows where keep is 0 keep their cache."
+        h = self.embedding(token)
+        for i, block in enumerate(self.layers):
+            h, new = block.step(h, cache.entries[i])
+            if keep is not None and cache.entries[i] is not None:
+                k = keep.bool().view(-1, 1, 1)
+                new = tuple(torch.where(k, n, o) for n, o in zip(new, cache.entries[i]))
+            elif keep is not None:   # a padded first token writes nothing: the zero cache stays
+                k = keep.to(h.dtype).view(-1, 1, 1)
+                new = tuple(n * k for n in new)
+            cache.entries[i] = new
+        cache.seen += 1
+        return self.norm_f(h) @ self.embedding.weight.T
 
     def prepare_inputs_for_generation(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
-                                      **kwargs) -> dict:
-        "generate() without a key-value cache: every step runs the whole prefix (use `step` for O(1) decoding)."
-        return {"input_ids": input_ids, "attention_mask": attention_mask}
+                                      cache: SSMCache | None = None, use_cache: bool | None = None, **kwargs) -> dict:
+        "generate() with an SSMCache: the prompt once through `step`, then only each new token (O(1) per token)."
+        if use_cache is False:
+            return {"input_ids": input_ids, "attention_mask": attention_mask}
+        if cache is None:
+            cache = SSMCache(len(self.layers))
+        new = input_ids[:, cache.seen:]
+        return {"input_ids": new, "attention_mask": None if attention_mask is None else attention_mask[:, cache.seen:],
+                "cache": cache, "use_cache": True}
 
     def record(self, on: bool = True) -> None:
         "Keep (or stop keeping) every mixer's last step sizes, keys and decays in `mixer.last`."
