@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import math
 import time
 from dataclasses import dataclass
@@ -14,54 +15,61 @@ from typing import ClassVar
 import numpy as np
 import torch
 
-from ..core.results import all_of, check, claim, decide, decide_within, mean_interval, paired_interval
+from ..core.pretrained import cached_features
+from ..core.results import all_of, check, claim, decide, decide_within, gate, mean_interval, paired_interval
 from ..core.runtime import ScaledConfig, pick_device
 from .model import (ARENA_MIX, ARITHMETIC_MIX, A_WINS, B_WINS, CHAT_MIX, JUDGE_MIX,
-                                         KNOWLEDGE_MIX, TIE, BertRouter, MFRouter, Preferences, RandomRouter,
+                                         KNOWLEDGE_MIX, KNOWLEDGE_TOPICS, TIE, TOPICS, BertRouter, MFRouter, Preferences, RandomRouter,
                                          SWRankingRouter, TextEncoder, arena_battles, arena_elo, compute_tiers,
                                          evaluate_router, make_queries, make_world, optimal_curve, apgr, take)
 
 # %% auto #0
-__all__ = ['PAPER', 'BENCH_TRAIN', 'TRAIN_SETS', 'LEVEL', 'NEAR_RANDOM', 'DELTAS', 'Config', 'router_names', 'make_texts',
-           'embed_and_decontaminate', 'routed_pairs', 'gold_labels', 'judge_labels', 'one_world', 'level_correlation',
+__all__ = ['PAPER', 'BENCH_TRAIN', 'TRAIN_SETS', 'LEVEL', 'NEAR_RANDOM', 'DELTAS', 'PAPER_SCORE_GAP', 'MIN_ACCURACY_GAP',
+           'UNIT_COST', 'GPU_UNITS_PER_S', 'Config', 'router_names', 'make_texts', 'embed_and_decontaminate',
+           'expected_scores', 'routed_pairs', 'gold_labels', 'judge_labels', 'one_world', 'level_correlation',
            'transfer_sensitivity', 'text_gap', 'throughput', 'run', 'summarise', 'summarise_sensitivity',
-           'world_values', 'beats_random', 'every_router_rule', 'augmentation_test', 'make_claims', 'plan']
+           'world_values', 'beats_random', 'every_router_rule', 'augmentation_test', 'ceiling_gate', 'make_claims',
+           'plan']
 
 # %% ../../nbs/routellm/03_evaluation.ipynb #d2c517ab
 @dataclass
 class Config(ScaledConfig):
     "The evaluation's knobs; defaults are the ci preset."
     n_models: int = 16
-    arena_prompts: int = 1000
+    arena_prompts: int = 500
     battles_per_prompt: int = 5
-    n_gold: int = 250                  # knowledge training questions with gold labels (strong vs weak)
-    n_judge: int = 3100                # judge prompts (strong vs weak on a broader mix) ...
-    judge_repeats: int = 3             # ... each judged this many times: 9,300 pairs, 65% of the training battles (paper: 65%)
+    n_gold: int = 150                  # knowledge training questions with gold labels (strong vs weak)
+    n_judge: int = 1550                # judge prompts (strong vs weak on a broader mix) ...
+    judge_repeats: int = 3             # ... each judged this many times: 4,650 pairs, 65% of the training battles (paper: 65%)
     judge_error: float = 0.1
-    facet_spread: float = 0.3          # sd of the models' request-style skills (as an expert topic's deviation)
-    sensitivity_spreads: tuple = (0.0, 0.1)   # C5 again at these style spreads (Arena + judge routers only)
-    n_bench: int = 300                 # queries per benchmark (before decontamination)
+    facet_spread: float = 0.1          # sd of the models' request-style skills: make_world's chat_spread (see below)
+    sensitivity_spreads: tuple = ()    # C5 again at these style spreads (Arena + judge routers only); laptop: 0 and 0.3
+    n_bench: int = 200                 # queries per benchmark (before decontamination)
     decontam: float = 0.95             # drop benchmark prompts this similar to a training prompt (as the paper)
-    repeats: tuple = (0, 1, 2, 3, 4)   # worlds (models and outcomes) per run; the texts are shared
-    random_repeats: int = 10
+    repeats: tuple = (0, 1, 2)         # worlds (models and outcomes) per run; the texts are shared
+    random_repeats: int = 5
     n_tiers: int = 5
     mf_dim: int = 64
     mf_epochs: int = 8
     mf_batch: int = 256
     mf_lr: float = 3e-3
     bert_finetune_steps: int = 0       # 0: a linear head on frozen MiniLM; > 0: fine-tune the encoder end to end
-    throughput_requests: int = 50
+    throughput_requests: int = 20
     PRESETS: ClassVar[dict] = {
-        "tiny": dict(n_models=12, arena_prompts=120, battles_per_prompt=4, n_gold=40, n_judge=60, n_bench=60,
-                     repeats=(0, 1), random_repeats=4, n_tiers=4, mf_dim=16, mf_epochs=2, throughput_requests=3),
+        "tiny": dict(n_models=12, arena_prompts=120, battles_per_prompt=4, n_gold=40, n_judge=60, n_bench=100,
+                     repeats=(0, 1), random_repeats=4, n_tiers=4, mf_dim=16, mf_epochs=2, throughput_requests=3,
+                     sensitivity_spreads=(0.0,)),
         "ci": {},
-        "full": dict(n_models=64, arena_prompts=10_000, battles_per_prompt=8, n_gold=1500, n_judge=50_000,
-                     n_bench=1000, n_tiers=10, mf_dim=128, mf_epochs=10, mf_batch=128, mf_lr=6e-4,
-                     bert_finetune_steps=300, throughput_requests=200),
+        "laptop": dict(arena_prompts=1000, n_gold=250, n_judge=3100, n_bench=400, repeats=tuple(range(12)),
+                       random_repeats=10, sensitivity_spreads=(0.0, 0.3), throughput_requests=50),
+        "full": dict(n_models=64, arena_prompts=4000, battles_per_prompt=8, n_gold=1500, n_judge=20_000,
+                     n_bench=1000, repeats=tuple(range(8)), random_repeats=10, n_tiers=10, mf_dim=128, mf_epochs=10,
+                     mf_batch=128, mf_lr=6e-4, sensitivity_spreads=(0.0, 0.3), bert_finetune_steps=100,
+                     throughput_requests=100),
     }
     SMOKE: ClassVar[dict] = {k: (lambda cap: lambda v: min(v, cap))(cap) for k, cap in dict(
-        arena_prompts=300, battles_per_prompt=2, n_gold=20, n_judge=30, n_bench=150, random_repeats=2, mf_epochs=1,
-        bert_finetune_steps=2, throughput_requests=2).items()} | {"repeats": lambda r: r[:2]}
+        arena_prompts=300, battles_per_prompt=2, n_bench=150, n_gold=20, n_judge=30, random_repeats=2, mf_epochs=1,
+        bert_finetune_steps=2, throughput_requests=2).items()} | {"repeats": lambda r: r[:2], "sensitivity_spreads": lambda s: s[:1]}
 
 # %% ../../nbs/routellm/03_evaluation.ipynb #b51b4b5f
 PAPER = {"title": "RouteLLM: Learning to Route LLMs with Preference Data", "arxiv": "2406.18665",
@@ -99,8 +107,13 @@ def make_texts(cfg: Config) -> dict:
             "arithmetic": make_queries(ARITHMETIC_MIX, cfg.n_bench, rng, "test")}
 
 def embed_and_decontaminate(texts: dict, encoder, threshold: float) -> tuple[dict, dict, dict]:
-    "Embed every prompt once; drop benchmark prompts with cosine >= threshold to any training prompt (as the paper)."
-    emb = {k: encoder(q["text"]) for k, q in texts.items()}
+    """Embed every prompt once (kept in the features cache, `core.pretrained.cached_features`, keyed by the texts, so
+    every notebook and rerun reads them back); drop benchmark prompts with cosine >= threshold to any training prompt
+    (as the paper)."""
+    def embed(q):
+        key = "routellm-minilm:" + hashlib.sha1("\n".join(q["text"]).encode()).hexdigest()
+        return cached_features(key, lambda: encoder(q["text"]))
+    emb = {k: embed(q) for k, q in texts.items()}
     train = {"arena": emb["arena"], "arena+gold": np.vstack([emb["arena"], emb["gold"]]),
              "arena+judge": np.vstack([emb["arena"], emb["judge"]])}
     all_train = np.vstack([emb["arena"], emb["gold"], emb["judge"]])
@@ -113,37 +126,53 @@ def embed_and_decontaminate(texts: dict, encoder, threshold: float) -> tuple[dic
             stats[b][f"similarity_{name}"] = float((emb[b] @ T.T).max(1).mean())
     return texts, emb, stats
 
-def routed_pairs(world, pref: Preferences, n_tiers: int) -> dict:
-    """Strong = best by Arena Elo, weak = the best model of the third tier (or lower, if none there qualifies) that the
-    strong one outskills in every topic (GPT-4 was better than Mixtral on every benchmark); transfer pair = second best
-    (or the next, if it has no such partner) and a model of the fourth tier (or lower) chosen the same way, neither
-    of them in the routed pair."""
-    if n_tiers < 4:
-        raise ValueError(f"n_tiers must be at least 4 (the pairs use the third and fourth tiers), got {n_tiers}")
-    ratings = arena_elo(pref)
-    tiers = compute_tiers(ratings, n_tiers)
-    order = np.argsort(-ratings)
+PAPER_SCORE_GAP = 1.0   # MT Bench: GPT-4 9.3 against Mixtral 8.3 (paper §4), the routed pair's gap on the 1-10 scale
+MIN_ACCURACY_GAP = 0.1  # the strong model leads by this much expected accuracy on knowledge and arithmetic (the
+                        # paper's pair: GPT-4 against Mixtral, about 0.16 on MMLU and 0.18 on GSM8K)
 
-    def dominated(strong: int, tier: int, exclude=()) -> int:
-        for t in range(tier, n_tiers):
-            for c in order[tiers[order] == t]:
-                if c not in exclude and (world.skills[strong] > world.skills[c]).all():
-                    return int(c)
-        raise ValueError(f"no model at or below tier {tier} is outskilled by {world.names[strong]} in every topic")
+def expected_scores(world, texts: dict) -> dict:
+    """Every model's expected benchmark performance on the training prompts (what the world's design implies, no
+    outcome drawn): chat score 1 + 9 p on the Arena prompts, accuracy p on the knowledge (gold) prompts and on the
+    arithmetic prompts of the judge set."""
+    j = texts["judge"]
+    arith = take(j, np.flatnonzero(np.asarray(j["topic"]) == TOPICS.index("arithmetic")))
+    return {"chat": 1 + 9 * world.quality(texts["arena"]).mean(1), "knowledge": world.quality(texts["gold"]).mean(1),
+            "arithmetic": world.quality(arith).mean(1)}
+
+def routed_pairs(world, pref: Preferences, n_tiers: int, texts: dict) -> dict:
+    """Strong = best by Arena Elo; weak = the model whose expected chat score lies closest to PAPER_SCORE_GAP below the
+    strong one's, among those the strong one leads by MIN_ACCURACY_GAP in expected accuracy on knowledge and on
+    arithmetic (GPT-4 led Mixtral on every benchmark). Transfer pair = the best other model with such a partner and
+    its partner chosen the same way, neither in the routed pair."""
+    ratings = arena_elo(pref)
+    tiers = compute_tiers(ratings, min(n_tiers, len(ratings)))
+    order = np.argsort(-ratings)
+    ex = expected_scores(world, texts)
+
+    def partner(strong: int, exclude=()) -> int:
+        ok = [int(c) for c in order if c != strong and c not in exclude
+              and ex["knowledge"][strong] - ex["knowledge"][c] >= MIN_ACCURACY_GAP
+              and ex["arithmetic"][strong] - ex["arithmetic"][c] >= MIN_ACCURACY_GAP
+              and ex["chat"][strong] > ex["chat"][c]]
+        if not ok:
+            raise ValueError(f"no model trails {world.names[strong]} on every benchmark")
+        return min(ok, key=lambda c: abs(ex["chat"][strong] - ex["chat"][c] - PAPER_SCORE_GAP))
 
     S = int(order[0])
-    W = dominated(S, 2)
-    for S2 in order[1:]:   # the best other model that outskills some model of the fourth tier or lower, both new
+    W = partner(S)
+    for S2 in order[1:]:   # the best other model with a partner, both new
         if S2 != W:
             try:
-                W2 = dominated(int(S2), 3, exclude=(S, W))
+                W2 = partner(int(S2), exclude=(S, W))
                 break
             except ValueError:
                 continue
     else:
         raise ValueError("no transfer pair of two models outside the routed pair")
     names = world.names
-    return {"routed": (names[S], names[W]), "transfer": (names[int(S2)], names[W2]), "ratings": ratings, "tiers": tiers}
+    return {"routed": (names[S], names[W]), "transfer": (names[int(S2)], names[W2]), "ratings": ratings, "tiers": tiers,
+            "expected_chat": (float(ex["chat"][S]), float(ex["chat"][W])),
+            "expected_chat_transfer": (float(ex["chat"][S2]), float(ex["chat"][W2]))}
 
 def gold_labels(cs: np.ndarray, cw: np.ndarray) -> np.ndarray:
     "Gold labels as in the paper: strong right and weak wrong = strong wins, the reverse = weak wins, else a tie."
@@ -168,7 +197,7 @@ def one_world(cfg: Config, r: int, texts: dict, emb: dict, device: str, train_se
     pid, a, b, y = arena_battles(world, texts["arena"], cfg.battles_per_prompt, rng)
     arena = Preferences(emb["arena"][pid], a, b, y, world.names, prompt_id=pid)
     (S, W), (S2, W2) = pairs if pairs is not None else (lambda p: (p["routed"], p["transfer"]))(
-        routed_pairs(world, arena, cfg.n_tiers))
+        routed_pairs(world, arena, cfg.n_tiers, texts))
     iS, iW = world.names.index(S), world.names.index(W)
     g = texts["gold"]
     cs, cw = world.correct(g, [S, W], rng)
@@ -318,6 +347,8 @@ def run(cfg: Config) -> dict:
     "Every repeat of the world, every router on every benchmark, throughput; returns rows, claims and figures' data."
     if len(cfg.repeats) < 2:
         raise ValueError(f"the claims' intervals need at least 2 worlds, got repeats={cfg.repeats}")
+    if not 2 <= cfg.n_tiers <= cfg.n_models:
+        raise ValueError(f"n_tiers must lie in 2..n_models (the classifier's classes are tiers), got {cfg.n_tiers}")
     device = pick_device(cfg.device)
     t0 = time.perf_counter()
     encoder = TextEncoder(device=device)
@@ -401,6 +432,13 @@ def augmentation_test(summary: dict, bench: str, aug: str, names) -> dict:
     return {"lift": lift, "excess": excess, "delta": delta, "near_random": near == "reproduced", "near": near,
             "lifted": lifted, "verdict": all_of([lifted, near])}
 
+def ceiling_gate(summary: dict, bench: str, delta: float) -> dict:
+    """Competence gate of a claim that routers beat random: the text oracle (the evaluated pair's expected gap given
+    the text, the best a router reading the prompt can do) must beat the random router by delta in mean APGR, else
+    the world leaves no room for the effect the claim asks about."""
+    room = float(np.mean(world_values(summary, f"{bench}|-|text oracle") - world_values(summary, f"{bench}|-|random")))
+    return gate(f"text oracle minus random, mean APGR on {bench}", room, delta)
+
 def _iv(iv: dict) -> str:
     return f"{iv['estimate']:+.3f} [{iv['lo']:+.3f}, {iv['hi']:+.3f}]"
 
@@ -420,6 +458,7 @@ def make_claims(summary: dict, names, sensitivity: list[dict] | None = None) -> 
         paper=0.802, paper_tests="direction", ours=m["apgr"], baseline=summary["chat|-|random"]["apgr"],
         ours_interval=_pair(mean_interval(world_values(summary, "chat|arena+judge|MF"), level=LEVEL)),
         interval=binding, verdict=verdict, delta=d, delta_reason=why, better="higher",
+        gates=[ceiling_gate(summary, "chat", d)],
         rule=f"for each learned router trained on Arena + judge data, decide(95% t interval of its APGR minus the "
              f"random router's, paired over worlds, delta = {d}); the verdict is the weakest router's (all_of; the "
              f"interval recorded is that router's)",
@@ -471,7 +510,7 @@ def make_claims(summary: dict, names, sensitivity: list[dict] | None = None) -> 
         "retraining.", "APGR of SW on the chat benchmark with a new pair (Arena + judge training)",
         paper=0.772, paper_tests="direction", ours=summary[f"transfer|arena+judge|{sw}"]["apgr"],
         baseline=summary["transfer|-|random"]["apgr"], interval=binding, verdict=verdict, delta=d, delta_reason=why,
-        better="higher",
+        better="higher", gates=[ceiling_gate(summary, "transfer", d)],
         rule=f"for each learned router trained on Arena + judge data, decide(95% t interval of its APGR on the new "
              f"pair minus the random router's, paired over worlds, delta = {d}); the verdict is the weakest router's "
              f"(all_of; the interval recorded is that router's)",
@@ -505,25 +544,45 @@ def make_claims(summary: dict, names, sensitivity: list[dict] | None = None) -> 
 def _pair(iv: dict) -> tuple[float, float]:
     return iv["lo"], iv["hi"]
 
+# work units: one unit is about the CPU time of one MF training example (forward, backward, step); the other weights
+# are the measured cost of each kind of work in the same unit (a MiniLM embedding of one prompt, one benchmark query
+# against one training battle in SW's weighted Bradley-Terry, one fine-tuning example, one random or reference
+# evaluation of a benchmark), from a ci run on this chapter's 2-core machine
+UNIT_COST = {"embed": 30.0, "sw_pair": 0.02, "finetune": 100.0, "evaluation": 300.0, "request": 2000.0}
+GPU_UNITS_PER_S = 2e5  # one GPU: MF batches, MiniLM and SW's batched solves about 20x a 2-core CPU (an assumption)
+
 def plan(cfg: Config) -> list[dict]:
     "The phases of a run: prompts embedded, then per world the data, the fits and their work, then the throughput."
     arena = cfg.arena_prompts * cfg.battles_per_prompt
     judge = cfg.n_judge * cfg.judge_repeats
     names = router_names(cfg)
+    prompts = cfg.arena_prompts + cfg.n_gold + cfg.n_judge + 3 * cfg.n_bench
     phases = [dict(phase="embed every prompt once with MiniLM, decontaminate, similarity (Table 5)",
-                   prompts=cfg.arena_prompts + cfg.n_gold + cfg.n_judge + 3 * cfg.n_bench)]
+                   prompts=prompts, units=UNIT_COST["embed"] * prompts)]
     # MF takes about the same steps on every training set: those of the largest, before ties are dropped (an upper
     # estimate: ties are about a sixth of the Arena and a fifth of the judged pairs)
-    mf_steps = 3 * math.ceil(0.95 * max(arena + cfg.n_gold, arena + judge) / cfg.mf_batch) * cfg.mf_epochs
+    largest = 0.95 * max(arena + cfg.n_gold, arena + judge)
+    mf_steps = 3 * math.ceil(largest / cfg.mf_batch) * cfg.mf_epochs
+    mf_examples = 3 * largest * cfg.mf_epochs
+    sw_pairs = cfg.n_bench * (3 * arena + 2 * judge + cfg.n_gold)   # six scorings: chat, knowledge, arithmetic x 2 sets
+    ft = 3 * cfg.bert_finetune_steps * 16
+    evals = 4 * (cfg.random_repeats + 2) + 4 * 6
+    world_units = (mf_examples + UNIT_COST["sw_pair"] * sw_pairs + UNIT_COST["finetune"] * ft
+                   + UNIT_COST["evaluation"] * evals)
     for r in cfg.repeats:
         phases.append(dict(phase=f"world {r}", models=cfg.n_models, arena_battles=arena, gold_questions=cfg.n_gold,
                            judge_pairs=judge, judge_share=round(judge / (arena + judge), 3),
                            routers=", ".join(names), fits=3 * len(names), mf_steps_about=mf_steps,
                            encoder_finetune_steps=3 * cfg.bert_finetune_steps,
-                           benchmark_queries_at_most=3 * cfg.n_bench, random_runs=4 * cfg.random_repeats))
-    phases.append(dict(phase="C5's sensitivity to the style spread", spreads=", ".join(map(str, cfg.sensitivity_spreads)),
+                           benchmark_queries_at_most=3 * cfg.n_bench, random_runs=4 * cfg.random_repeats,
+                           units=world_units))
+    sens_units = len(cfg.sensitivity_spreads) * len(cfg.repeats) * (
+        mf_examples / 3 + UNIT_COST["sw_pair"] * cfg.n_bench * (arena + judge) + UNIT_COST["finetune"] * ft / 3
+        + UNIT_COST["evaluation"] * (cfg.random_repeats + 3))
+    phases.append(dict(phase="C5's sensitivity to the style spread", spreads=", ".join(map(str, cfg.sensitivity_spreads)) or "none",
                        worlds=len(cfg.repeats), fits_per_world=len(names), mf_steps_about=mf_steps // 3,
-                       encoder_finetune_steps=cfg.bert_finetune_steps, training_set="arena+judge"))
+                       encoder_finetune_steps=cfg.bert_finetune_steps, training_set="arena+judge", units=sens_units))
     phases.append(dict(phase="throughput at batch size 1", requests_per_router=cfg.throughput_requests,
-                       routers=", ".join(("encoder only",) + names)))
+                       routers=", ".join(("encoder only",) + names),
+                       units=UNIT_COST["request"] * 4 * cfg.throughput_requests))
     return phases

@@ -702,12 +702,29 @@ FACETS = ("brevity", "greeting", "learner")
 _STYLE = {" Please be concise.": 0, " Explain briefly.": 0, " Keep it short.": 0, "Hi! ": 1, "Hello, ": 1,
           "I'm a student. ": 2, "For my project: ": 2}
 
-def _train_subject(topic: str, j: int) -> bool:
-    "Subjects are split in half: even ones for training prompts, odd ones for benchmarks (unseen questions)."
-    return j % 2 == 0
+# contexts: each subject is asked in one of six settings; a (subject, context) pair is one distinct question, so every
+# topic and level has 4 x 6 = 24 questions, half of them (every subject, in three settings) for training
+_CONTEXTS = {
+    "coding": ["in Python", "in JavaScript", "in C++", "in Rust", "in Java", "in Go"],
+    "writing": ["for a school magazine", "for my grandmother", "for a wedding toast", "for a travel blog",
+                "for a radio show", "for a greeting card"],
+    "advice": ["as a parent of two", "while working night shifts", "living in a small town", "on a tight schedule",
+               "after moving abroad", "as a recent graduate"],
+    "reasoning": ["for a puzzle club", "as a teacher would explain it", "for a podcast episode", "for a logic class",
+                  "for a party game", "for a newsletter"],
+    "arithmetic": ["from a homework sheet", "from a school test", "from a workbook", "for a math club",
+                   "from a tutoring session", "from a weekly quiz"],
+    "knowledge": ["for a quiz night", "from a past exam", "for revision", "for a flashcard deck", "for a study group",
+                  "for a podcast"],
+}
+
+def _train_subject(topic: str, j: int, c: int = 0) -> bool:
+    """Questions (subject j asked in context c) are split in half: (j + c) even for training prompts, odd for the
+    benchmarks, so every subject is seen in training and every benchmark question is a combination never trained on."""
+    return (j + c) % 2 == 0
 
 def make_queries(topic_probs: dict, n: int, rng: np.random.Generator, split: str = "train") -> dict:
-    "n queries from a topic mix: texts, topic ids, levels and latent difficulties. split: 'train' or 'test' subjects."
+    "n queries from a topic mix: texts, topic ids, levels and latent difficulties. split: 'train' or 'test' questions."
     if split not in ("train", "test", "all"):
         raise ValueError(f"split must be 'train', 'test' or 'all', got {split!r}")
     names = list(topic_probs)
@@ -720,10 +737,13 @@ def make_queries(topic_probs: dict, n: int, rng: np.random.Generator, split: str
     for i, k in enumerate(topics):
         t = names[k]
         level = int(rng.integers(4))
-        subs = [s for j, s in enumerate(_SUBJECTS[t][level])
-                if split == "all" or _train_subject(t, j) == (split == "train")]
-        s = subs[rng.integers(len(subs))].format(a=int(rng.integers(2, 10)), b=int(rng.integers(2, 10)))
-        tpl = _TEMPLATES["knowledge" if t in KNOWLEDGE_TOPICS else t][rng.integers(4)]
+        kind = "knowledge" if t in KNOWLEDGE_TOPICS else t
+        combos = [(j, c) for j in range(len(_SUBJECTS[t][level])) for c in range(len(_CONTEXTS[kind]))
+                  if split == "all" or _train_subject(t, j, c) == (split == "train")]
+        j, c = combos[rng.integers(len(combos))]
+        s = _SUBJECTS[t][level][j].format(a=int(rng.integers(2, 10)), b=int(rng.integers(2, 10)))
+        s = f"{s}, {_CONTEXTS[kind][c]}"
+        tpl = _TEMPLATES[kind][rng.integers(4)]
         body = tpl.format(s=s, t=t)
         body = body[0].upper() + body[1:]
         opener, closer = _OPENERS[rng.integers(len(_OPENERS))], _CLOSERS[rng.integers(len(_CLOSERS))]
@@ -788,7 +808,7 @@ class World:
         return (rng.uniform(size=(len(models), len(q["d"]))) < self.quality(q, models)).astype(float)
 
 def make_world(n_models: int, rng: np.random.Generator, chat_spread: float = 0.1, expert_spread: float = 0.3,
-               facet_spread: float = 0.3) -> World:
+               facet_spread: float = 0.1) -> World:
     "Models with overall strengths evenly spread over [0.2, 1.2], per-topic deviations and per-style skills."
     if n_models < 8:
         raise ValueError(f"n_models must be at least 8 (tiers need room), got {n_models}")
