@@ -294,14 +294,21 @@ def level_correlation(scores, q: dict) -> float:
 
 def transfer_sensitivity(cfg: Config, texts: dict, emb: dict, device: str, pairs: dict, spreads=(0.0, 0.1)) -> list[dict]:
     """C5 again at other style spreads: the same worlds (topic skills, the same draws) and the same routed and transfer
-    pairs (`pairs[r]`, from the preset's run), only the style skills scaled; routers trained on Arena + judge."""
+    pairs (`pairs[r]`, from the preset's run), only the style skills scaled; routers trained on Arena + judge. A world
+    where, at that spread, the transfer pair's strong model no longer beats its weak one on average (PGR undefined)
+    is left out of that spread's block, whose `n` counts the worlds kept."""
     rows = []
     for spread in spreads:
         c = dataclasses.replace(cfg, facet_spread=spread)
         for r in cfg.repeats:
-            for row in one_world(c, r, texts, emb, device, train_sets=("arena+judge",), benches=("transfer",),
-                                 pairs=pairs[r])["rows"]:
-                rows.append(row | {"facet_spread": spread})
+            try:
+                out = one_world(c, r, texts, emb, device, train_sets=("arena+judge",), benches=("transfer",),
+                                pairs=pairs[r])
+            except ValueError as e:
+                if "PGR to be defined" not in str(e):
+                    raise
+                continue
+            rows += [row | {"facet_spread": spread} for row in out["rows"]]
     return rows
 
 def text_gap(world, q: dict, pair, n_u: int = 16) -> np.ndarray:
