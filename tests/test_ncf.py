@@ -652,3 +652,17 @@ def test_rk4_and_midpoint_against_torchdiffeqs_fixed_step_solvers():
     g1 = (rk4(F, z0, t, 1) - fixed("rk4", 0.5)).abs().max().item()
     g2 = (rk4(F, z0, t, 2) - fixed("rk4", 0.25)).abs().max().item()
     assert g2 < 1e-4 and 8 < g1 / g2 < 40, (g1, g2)
+
+
+def test_coda_adaptation_starts_from_the_shared_weights(lv_data):
+    "CoDA's code starts a new context at 0 (the shared weights theta); NCF's at a N(0, 1) draw."
+    lv, tr, t = lv_data
+    make = lambda init: NCF(2, 9, context_dim=3, order=0, pool=1, self_pool=True, width=8, adapt_init=init,
+                            field=lambda: CoDAField(2, 3, width=8))
+    assert torch.equal(make("zeros").adapt(tr[:2, :1], t, steps=0, seed=0), torch.zeros(1, 2, 3))
+    assert make("normal").adapt(tr[:2, :1], t, steps=0, seed=0).abs().sum() > 0
+    moved = make("zeros").adapt(tr[:2, :1], t, steps=3, seed=0)
+    assert moved.abs().sum() > 0  # W is random, not zero, so a context at 0 still gets a gradient
+    with pytest.raises(ValueError, match="adapt_init"):
+        make("uniform")
+    assert experiment.build("CoDA-lite", 2, 9, experiment.Config.preset("ci")).adapt_init == "zeros"

@@ -137,7 +137,7 @@ def build(model: str, state_dim: int, n_envs: int, cfg, system_name: str = "lotk
     if model == "CoDA-lite":  # CoDA's low-rank weight shift theta + W xi, trained and adapted like the context model
         from .model import CoDAField
         c = cfg.coda_context_dim
-        return NCF(state_dim, n_envs, context_dim=c, order=0, pool=1, self_pool=True,
+        return NCF(state_dim, n_envs, context_dim=c, order=0, pool=1, self_pool=True, adapt_init="zeros",
                    field=lambda: CoDAField(state_dim, c, cfg.width, members=cfg.members), **kw)
     if model in NCF_MODELS:  # NCF-t2 is second order, as in the official scripts (taylor_order = the variant)
         order = 2 if model == "NCF-t2" else cfg.order

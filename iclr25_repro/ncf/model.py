@@ -293,7 +293,8 @@ class NCF(nn.Module):
     independently initialised copies trained together (an ensemble; members=1 is a single model)."""
     def __init__(self, state_dim: int, n_envs: int, context_dim: int = 8, width: int = 32, order: int = 1,
                  pool: int = 3, self_pool: bool = False, substeps: int = 1, members: int = 1, ctx_reg: float = 1e-3,
-                 weight_reg: float = 1e-3, method: str = "rk4", field: Callable[[], nn.Module] | None = None):
+                 weight_reg: float = 1e-3, method: str = "rk4", field: Callable[[], nn.Module] | None = None,
+                 adapt_init: str = "normal"):
         super().__init__()
         if n_envs < 1:
             raise ValueError(f"n_envs must be at least 1, got {n_envs}")
@@ -307,6 +308,8 @@ class NCF(nn.Module):
             raise ValueError(f"method must be 'rk4' or 'midpoint', got {method!r}")
         if self_pool and pool != 1:
             raise ValueError("self_pool=True uses each environment as its own pool: pass pool=1")
+        if adapt_init not in ("normal", "zeros"):
+            raise ValueError(f"adapt_init must be 'normal' (NCF's code) or 'zeros' (CoDA's), got {adapt_init!r}")
         # the paper's architecture (Taylor-mode expansion), or any f(x, xi) module the user's factory builds (jvp)
         if field is None:
             self.field = ContextField(state_dim, context_dim, width, members)
@@ -316,7 +319,7 @@ class NCF(nn.Module):
         self.contexts = nn.Parameter(torch.zeros(members, n_envs, context_dim))
         self.state_dim, self.n_envs, self.context_dim, self.members = state_dim, n_envs, context_dim, members
         self.order, self.pool, self.self_pool, self.substeps = order, pool, self_pool, substeps
-        self.ctx_reg, self.weight_reg, self.method = ctx_reg, weight_reg, method
+        self.ctx_reg, self.weight_reg, self.method, self.adapt_init = ctx_reg, weight_reg, method, adapt_init
 
     def _tensor(self, a) -> torch.Tensor:
         "float32 on the model's device."
@@ -451,7 +454,10 @@ class NCF(nn.Module):
         data = self._members_first(data, 4)
         M, E, N, T, d = data.shape
         g = torch.Generator().manual_seed(seed)
-        ctx = torch.randn(M, E, self.context_dim, generator=g).to(data.device).requires_grad_(True)  # N(0, 1), as the official code
+        # a new context starts at N(0, 1), as NCF's code does, or at 0 (the shared weights theta), as CoDA's does
+        ctx = torch.randn(M, E, self.context_dim, generator=g) if self.adapt_init == "normal" else \
+            torch.zeros(M, E, self.context_dim)
+        ctx = ctx.to(data.device).requires_grad_(True)
         if self.context_dim == 0:
             return ctx.detach()
         opt = torch.optim.Adam([ctx], lr=lr)
