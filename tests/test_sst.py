@@ -65,6 +65,73 @@ def test_masked_pgd_equals_torchattacks_when_nothing_is_kept(digits, trained):
         assert torch.allclose(ours, ref, atol=1e-6)
 
 
+def test_masked_pgd_equals_captum_pgd_with_a_mask(digits, trained):
+    """captum.robust.PGD takes a mask of the entries it may perturb. With its loss set to the per-image cross-entropy
+    and its zero threshold at 0, it agrees with masked_pgd; with captum's default threshold (gradient entries of
+    magnitude at most 1e-6 are not stepped) the two differ exactly on the entries where that threshold bit, by whole
+    steps of alpha (about 0.05% of the entries here): that is the whole difference."""
+    captum_robust = pytest.importorskip("captum.robust")
+    x = digits[0][1200:1456]
+    g = torch.Generator().manual_seed(3)
+    keep = (torch.rand(len(x), 1, 8, 8, generator=g) < 0.3).float()
+    target = trained.logits(x).argmax(1)
+    ours = masked_pgd(trained.logits, x, keep, target, eps=0.1, alpha=0.025, steps=10, random_start=False)
+    atk = captum_robust.PGD(trained.logits, loss_func=torch.nn.CrossEntropyLoss(reduction="none"), lower_bound=0.0,
+                            upper_bound=1.0)
+    atk.fgsm.zero_thresh = 0.0
+    ref = atk.perturb(x, 0.1, 0.025, 10, target, mask=1 - keep)
+    assert float((ours - ref).abs().max()) <= 1e-6
+    atk.fgsm.zero_thresh = 1e-6                  # captum's default
+    ref = atk.perturb(x, 0.1, 0.025, 10, target, mask=1 - keep)
+    diff = (ours - ref).abs()
+    off = diff > 1e-6
+    assert float(off.float().mean()) < 0.01      # rare ...
+    if off.any():                                # ... and by whole steps of alpha
+        steps = diff[off] / 0.025
+        assert torch.allclose(steps, steps.round(), atol=1e-3)
+    # one step from the same point: captum moves no entry whose gradient is at most 1e-6, masked_pgd moves them all
+    adv = x.clone().requires_grad_(True)
+    (grad,) = torch.autograd.grad(F.cross_entropy(trained.logits(adv), target, reduction="sum"), adv)
+    one = atk.perturb(x, 0.1, 0.025, 1, target, mask=1 - keep)
+    ours1 = masked_pgd(trained.logits, x, keep, target, eps=0.1, alpha=0.025, steps=1, random_start=False)
+    tiny = (grad.abs() <= 1e-6) & (keep == 0) & (grad != 0)
+    assert torch.equal((ours1 - one).abs() > 1e-6, tiny & ((ours1 - x).abs() > 0))
+
+
+def test_masked_pgd_restarts_keep_the_worst_start(digits, trained):
+    x = digits[0][1200:1328]
+    keep = torch.zeros(len(x), 1, 8, 8)
+    target = trained.logits(x).argmax(1)
+    margin = lambda z: (lambda l: l.gather(1, target[:, None])[:, 0] - l.scatter(1, target[:, None], -1e9).max(1).values)(
+        trained.logits(z).detach())
+    kw = dict(eps=0.2, alpha=0.05, steps=3)
+    runs = [masked_pgd(trained.logits, x, keep, target, generator=torch.Generator().manual_seed(5), restarts=r, **kw)
+            for r in (1, 4)]
+    g = torch.Generator().manual_seed(5)
+    singles = torch.stack([margin(masked_pgd(trained.logits, x, keep, target, generator=g, **kw)) for _ in range(4)])
+    assert torch.equal(runs[0], masked_pgd(trained.logits, x, keep, target,
+                                           generator=torch.Generator().manual_seed(5), **kw))
+    assert torch.allclose(margin(runs[1]), singles.min(0).values, atol=1e-5)
+    assert bool((margin(runs[1]) <= margin(runs[0]) + 1e-6).all())
+    with pytest.raises(ValueError, match="restarts"):
+        masked_pgd(trained.logits, x, keep, target, restarts=0)
+
+
+def test_straight_through_training_gives_nonempty_faithful_masks(digits):
+    "Trained with a straight-through mask, the masks keep some pixels, not all, and keep the prediction; as coded, they empty."
+    x, y = digits
+    out = {}
+    for grad in ("ste", "hard"):
+        net, _ = train_model(x[:1200], y[:1200], objective="sst", mask_grad=grad, completion="baseline", xi=1.0,
+                             lr=3e-3, max_epochs=15, seed=0)
+        keep = explain(net, x[1200:1500])
+        out[grad] = (float(size(keep).mean()), float(sufficient(net.logits, x[1200:1500], keep).float().mean()),
+                     float((net.logits(x[1200:1500]).argmax(1) == y[1200:1500]).float().mean()))
+    s, faith, acc = out["ste"]
+    assert 1 / 64 <= s <= 0.6 and faith >= 0.8 and acc >= 0.85, out
+    assert out["hard"][0] < 1 / 64, out
+
+
 def test_completions(digits, trained):
     x = digits[0][:32]
     keep = torch.zeros(32, 1, 8, 8)
@@ -174,6 +241,15 @@ def test_time_limits_stop_the_searches(digits, trained):
     weak, _ = backward_elimination(trained.logits, x1, "robust", eps=0.2, steps=2,
                                    generator=torch.Generator().manual_seed(8))
     assert int(keep.sum()) >= 1 and keep.shape == weak.shape
+    # the acceptance test decides: one that no removal passes (the whole [0, 1] box, eps = 1) keeps every pixel the
+    # weak scores would have dropped, so the strictly verified subset is larger than the unverified one
+    strict, _ = backward_elimination(trained.logits, x1, "robust", eps=0.2, steps=2,
+                                     generator=torch.Generator().manual_seed(8),
+                                     verify=dict(eps=1.0, steps=20, alpha=0.1, restarts=3,
+                                                 generator=torch.Generator().manual_seed(9)))
+    assert int(strict.sum()) > int(weak.sum())
+    assert not bool(sufficient(trained.logits, x1, weak, "robust", eps=1.0, steps=20, alpha=0.1, restarts=3,
+                               generator=torch.Generator().manual_seed(9)))
     keep, info = backward_elimination(trained.logits, x1, "baseline", remove_frac=0.25)
     assert not info["timed_out"] and bool(sufficient(trained.logits, x1, keep))
 
@@ -253,19 +329,28 @@ def test_training_is_deterministic(digits):
     assert runs[0][1] == runs[1][1]
 
 
-def _rows(size_sst, size_be, size_ig, faith_sst, faith_be, faith_ig, acc_sst, acc_std, sst_seconds=1e-5, coded_size=0.0):
+def _rows(size_sst, size_be, size_ig, faith_sst, faith_be, faith_ig, acc_sst, acc_std, coded_size=0.0,
+          size_all=0.2, on_sst=None):
+    """Rows of three seeds: SST (straight-through, robust), the searches on the standard network and, as C2's ablation,
+    on the SST network (`on_sst`: (sizes of BE, sizes of IG, faith of BE, faith of IG); default the same as on the
+    standard network)."""
+    on_sst = on_sst or (size_be, size_ig, faith_be, faith_ig)
     rows = []
     for s in range(3):
-        base = dict(dataset="digits", arch="mlp", seed=s, seconds=sst_seconds, seconds_batched=1e-6, tests=1.0,
-                    pixels=64)
+        base = dict(dataset="digits", arch="mlp", seed=s, seconds_batched=1e-6, pixels=64, empty_pgd=0.1, epochs=10)
         rows += [dict(base, method="SST straight-through", completion="robust", size=size_sst[s], faith_pgd=faith_sst[s],
-                      accuracy=acc_sst[s], invariants={"kept_changed": 0.0, "ball_excess": 0.0, "range_excess": 0.0}),
+                      accuracy=acc_sst[s], size_all=size_all, seconds=1e-4, tests=1.0,
+                      invariants={"kept_changed": 0.0, "ball_excess": 0.0, "range_excess": 0.0}),
                  dict(base, method="SST as coded", completion="robust", size=0.0, size_all=coded_size, faith_pgd=0.3,
-                      accuracy=acc_sst[s]),
+                      accuracy=acc_sst[s], seconds=1e-4, tests=1.0),
                  dict(base, method="backward elimination", completion="robust", size=size_be[s], faith_pgd=faith_be[s],
-                      seconds=0.3, accuracy=acc_std[s], faith_search=1.0),
+                      seconds=0.3, tests=500.0, accuracy=acc_std[s], faith_search=1.0),
                  dict(base, method="IG greedy", completion="robust", size=size_ig[s], faith_pgd=faith_ig[s],
-                      seconds=0.01, accuracy=acc_std[s], faith_search=1.0),
+                      seconds=0.01, tests=65.0, accuracy=acc_std[s], faith_search=1.0),
+                 dict(base, method="backward elimination on SST", completion="robust", size=on_sst[0][s],
+                      faith_pgd=on_sst[2][s], seconds=0.3, tests=400.0, accuracy=acc_sst[s], faith_search=1.0),
+                 dict(base, method="IG greedy on SST", completion="robust", size=on_sst[1][s], faith_pgd=on_sst[3][s],
+                      seconds=0.01, tests=65.0, accuracy=acc_sst[s], faith_search=1.0),
                  dict(base, method="standard", completion=None, accuracy=acc_std[s])]
     return rows
 
@@ -277,11 +362,11 @@ def test_claim_rules_can_go_either_way():
     faith = ([0.9, 0.92, 0.91], [0.5, 0.55, 0.6], [0.9, 0.9, 0.9])
     accs = ([0.95, 0.951, 0.949], [0.955, 0.957, 0.953])
     good = make(*sizes, *faith, *accs)
-    assert good["C1-concise"]["verdict"] == "reproduced" and good["C3-accuracy"]["verdict"] == "reproduced"
-    assert good["C2-one-pass"]["verdict"] == "reproduced"
-    for cid, key in (("C1-concise", "size_delta"), ("C2-one-pass", "speed_orders"), ("C3-accuracy", "acc_tol")):
-        assert good[cid]["delta"] == getattr(cfg, key) and good[cid]["delta_reason"] == experiment.DELTA_REASONS[key]
-    assert good["C1-concise"]["better"] == "lower" and good["C3-accuracy"]["band"] == [-cfg.acc_tol, None]
+    for cid in ("C1-concise", "C2-learned-mask", "C3-accuracy"):
+        assert good[cid]["verdict"] == "reproduced", cid
+    for cid, key in (("C1-concise", "size"), ("C2-learned-mask", "size"), ("C3-accuracy", "accuracy")):
+        assert (good[cid]["delta"], good[cid]["delta_reason"]) == experiment.DELTAS[key]
+    assert good["C1-concise"]["better"] == "lower" and good["C3-accuracy"]["band"] == [-experiment.DELTAS["accuracy"][0], None]
     # C1, smaller: larger masks rule the claim out; masks smaller by a hair (real, below delta = 0.02) are partial;
     # a noisy size difference that holds both 0 and -0.02 is inconclusive
     bad = make([0.35, 0.36, 0.34], *sizes[1:], *faith, [0.90, 0.91, 0.89], accs[1])
@@ -289,40 +374,58 @@ def test_claim_rules_can_go_either_way():
     assert make([0.295, 0.305, 0.285], *sizes[1:], *faith, *accs)["C1-concise"]["verdict"] == "partial"
     assert make([0.2, 0.4, 0.25], *sizes[1:], *faith, *accs)["C1-concise"]["verdict"] == "inconclusive"
     # C1, as faithful (margin 0.05): far below is not reproduced, a noisy difference across -0.05 inconclusive
-    unfaithful = make(*sizes, [0.6, 0.62, 0.61], *faith[1:], *accs)
-    assert unfaithful["C1-concise"]["verdict"] == "not_reproduced"
+    assert make(*sizes, [0.6, 0.62, 0.61], *faith[1:], *accs)["C1-concise"]["verdict"] == "not_reproduced"
     assert make(*sizes, [0.8, 0.95, 0.9], *faith[1:], *accs)["C1-concise"]["verdict"] == "inconclusive"
+    # C2 reads only the searches on the SST network: they find smaller sets there (not reproduced), sets smaller by
+    # a hair (partial) or noisy ones (inconclusive), while C1 against the standard network's searches is unchanged
+    small = ([0.05, 0.06, 0.05], [0.08, 0.07, 0.09], *faith[1:])
+    ablated = make(*sizes, *faith, *accs, on_sst=small)
+    assert ablated["C1-concise"]["verdict"] == "reproduced" and ablated["C2-learned-mask"]["verdict"] == "not_reproduced"
+    hair = ([0.115, 0.125, 0.135], [0.5, 0.5, 0.5], *faith[1:])
+    assert make(*sizes, *faith, *accs, on_sst=hair)["C2-learned-mask"]["verdict"] == "partial"
+    noisy = ([0.05, 0.4, 0.2], [0.5, 0.5, 0.5], *faith[1:])
+    assert make(*sizes, *faith, *accs, on_sst=noisy)["C2-learned-mask"]["verdict"] == "inconclusive"
     # C3, non-inferiority (margin 0.02): a noisy difference across -0.02 is inconclusive
     assert make(*sizes, *faith, [0.93, 0.96, 0.95], accs[1])["C3-accuracy"]["verdict"] == "inconclusive"
-    # C2 against delta = 2 orders: SST twice as fast on every seed is real but far short; a ratio around 1 that
-    # varies by seed holds 0 and stays short of 2; one that varies widely holds both
-    slow = make(*sizes, *faith, *accs, sst_seconds=5e-3, coded_size=0.2)
-    assert slow["C2-one-pass"]["verdict"] == "partial" and slow["K3-collapse"]["verdict"] == "failed"
+    # the gates: a standard network that did not learn the digits stops C1 and C3; empty SST masks stop all three
+    weak_std = make(*sizes, *faith, accs[0], [0.5, 0.52, 0.51])
+    assert [weak_std[c]["verdict"] for c in ("C1-concise", "C2-learned-mask", "C3-accuracy")] == [
+        "not_run", "reproduced", "not_run"]
+    empty = make(*sizes, *faith, *accs, size_all=0.01)
+    assert {empty[c]["verdict"] for c in ("C1-concise", "C2-learned-mask", "C3-accuracy")} == {"not_run"}
     assert good["K3-collapse"]["verdict"] == "passed"
+    assert make(*sizes, *faith, *accs, coded_size=0.2)["K3-collapse"]["verdict"] == "failed"
+    # K4, the call count: one input per SST explanation passes; an SST row that tested two fails it
+    assert good["K4-one-pass"]["verdict"] == "passed" and "time ratio" in good["K4-one-pass"]["note"]
     rows = _rows(*sizes, *faith, *accs)
-    for r, t in zip([r for r in rows if r["method"] == "SST straight-through"], (0.012, 0.009, 0.01)):
-        r["seconds"] = t
-    assert {c["id"]: c for c in experiment.make_claims(rows, cfg)}["C2-one-pass"]["verdict"] == "not_reproduced"
-    for r, t in zip([r for r in rows if r["method"] == "SST straight-through"], (1e-6, 0.02, 1e-4)):
-        r["seconds"] = t
-    assert {c["id"]: c for c in experiment.make_claims(rows, cfg)}["C2-one-pass"]["verdict"] == "inconclusive"
+    next(r for r in rows if r["method"] == "SST as coded")["tests"] = 2.0
+    assert {c["id"]: c for c in experiment.make_claims(rows, cfg)}["K4-one-pass"]["verdict"] == "failed"
 
 
 def test_tiny_run_is_deterministic():
     cfg = experiment.Config.preset("tiny")
     a, b = experiment.run(cfg), experiment.run(cfg)
     ids = {c["id"] for c in a["claims"]}
-    assert {"C1-concise", "C2-one-pass", "C3-accuracy", "K1-adversary", "K2-search", "K3-collapse"} <= ids
+    assert {"C1-concise", "C2-learned-mask", "C3-accuracy", "K1-adversary", "K2-search", "K3-collapse",
+            "K4-one-pass"} <= ids
+    assert any(r["method"] == "backward elimination on SST" for r in a["rows"])
     strip = lambda rows: [{k: v for k, v in r.items() if k not in ("seconds", "seconds_batched", "train_seconds")} for r in rows]
     assert strip(a["rows"]) == strip(b["rows"])
     assert all(c["replicates"] == cfg.n_seeds for c in a["claims"] if c["kind"] == "claim")
 
 
-def test_full_preset_smoke_run(tmp_path):
-    if not FASHION_DIR.is_dir():
-        if os.environ.get("CI"):
-            pytest.fail("CI must install Debian's dataset-fashion-mnist (.ci/run does)")
-        pytest.skip("Debian's dataset-fashion-mnist is not installed (apt-get install dataset-fashion-mnist)")
-    doc = cli.run_experiment("sst", "full", "cpu", 0, root=tmp_path, smoke=True)
-    assert {c["id"] for c in doc["claims"]} >= {"C1-concise", "C2-one-pass", "C3-accuracy"}
-    assert not (tmp_path / "book" / "results" / "sst" / "full.json").exists()
+@pytest.mark.parametrize("scale", ["laptop", "full"])
+def test_preset_smoke_runs(tmp_path, scale):
+    doc = cli.run_experiment("sst", scale, "cpu", 0, root=tmp_path, smoke=True)
+    assert {c["id"] for c in doc["claims"]} >= {"C1-concise", "C2-learned-mask", "C3-accuracy", "K4-one-pass"}
+    assert not (tmp_path / "book" / "results" / "sst" / f"{scale}.json").exists()
+
+
+def test_presets_fit_their_budgets():
+    "The full preset's planned work at the stated GPU rate fits 10 minutes; laptop keeps ci's design, larger."
+    full = experiment.Config.preset("full")
+    units = sum(p["units"] for p in experiment.plan(full))
+    assert units / experiment.GPU_UNITS_PER_S <= 600
+    ci, laptop = experiment.Config.preset("ci"), experiment.Config.preset("laptop")
+    assert (laptop.datasets, laptop.archs, laptop.completions) == (ci.datasets, ci.archs, ci.completions)
+    assert laptop.n_seeds >= 10 and laptop.n_explain >= 100 and laptop.max_epochs > 100

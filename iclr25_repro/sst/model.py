@@ -149,31 +149,51 @@ def fill(x: torch.Tensor, keep: torch.Tensor, z) -> torch.Tensor:
 
 def masked_pgd(logits_fn, x: torch.Tensor, keep: torch.Tensor, target: torch.Tensor, *, eps: float = 0.1,
                alpha: float | None = None,  # step size; default eps / 4
-               steps: int = 10, random_start: bool = True, generator: torch.Generator | None = None) -> torch.Tensor:
+               steps: int = 10, random_start: bool = True, generator: torch.Generator | None = None,
+               restarts: int = 1) -> torch.Tensor:  # random starts; per image the run with the lowest target margin
     """Projected gradient ascent of CE(logits_fn(x'), target) over x' with x' = x on the kept pixels,
-    |x' - x|_inf <= eps and x' in [0, 1]; returns x' (detached).  # Eq. (3)"""
+    |x' - x|_inf <= eps and x' in [0, 1]; returns x' (detached), the worst of `restarts` runs per image.  # Eq. (3)"""
     _check_images(x)
     _check_completion("robust", eps)
     if isinstance(steps, bool) or not isinstance(steps, int) or steps < 0:
         raise ValueError(f"steps must be an int >= 0, got {steps!r}")
+    if isinstance(restarts, bool) or not isinstance(restarts, int) or restarts < 1:
+        raise ValueError(f"restarts must be an int >= 1, got {restarts!r}")
     alpha = eps / 4 if alpha is None else alpha
     x, free = x.detach(), (1 - keep).detach()
     lo, hi = (x - eps).clamp(0, 1), (x + eps).clamp(0, 1)
-    adv = x.clone()
-    if random_start and eps > 0:
-        u = torch.rand(x.shape, generator=generator, device="cpu").to(x) * 2 - 1
-        adv = torch.min(torch.max(x + eps * u * free, lo), hi)
-    for _ in range(steps):
-        adv.requires_grad_(True)
-        loss = F.cross_entropy(logits_fn(adv), target, reduction="sum")
-        (grad,) = torch.autograd.grad(loss, adv)
-        adv = torch.min(torch.max(adv.detach() + alpha * grad.sign() * free, lo), hi)  # step, then project
-    return adv.detach()
+    best, best_margin = None, None
+    for _ in range(restarts):
+        adv = x.clone()
+        if random_start and eps > 0:
+            u = torch.rand(x.shape, generator=generator, device="cpu").to(x) * 2 - 1
+            adv = torch.min(torch.max(x + eps * u * free, lo), hi)
+        for _ in range(steps):
+            adv.requires_grad_(True)
+            loss = F.cross_entropy(logits_fn(adv), target, reduction="sum")
+            (grad,) = torch.autograd.grad(loss, adv)
+            adv = torch.min(torch.max(adv.detach() + alpha * grad.sign() * free, lo), hi)  # step, then project
+        adv = adv.detach()
+        if restarts == 1:
+            return adv
+        with torch.no_grad():
+            logits = logits_fn(adv)
+            other = logits.clone()
+            other[torch.arange(len(target)), target] = -math.inf
+            margin = logits[torch.arange(len(target)), target] - other.max(1).values
+        if best is None:
+            best, best_margin = adv, margin
+        else:
+            worse = margin < best_margin
+            best = torch.where(worse.view(-1, *([1] * (x.dim() - 1))), adv, best)
+            best_margin = torch.minimum(margin, best_margin)
+    return best
 
 def complement_values(logits_fn, x: torch.Tensor, keep: torch.Tensor, completion: str = "baseline", *,
                       target: torch.Tensor | None = None,  # the class to keep; default the prediction on x
                       eps: float = 0.1, baseline: float = 0.0, one_sided: bool = False, steps: int = 10,
-                      alpha: float | None = None, generator: torch.Generator | None = None) -> torch.Tensor:
+                      alpha: float | None = None, generator: torch.Generator | None = None,
+                      restarts: int = 1) -> torch.Tensor:
     "The values z that fill the complement under `completion` (only their entries off the keep mask matter)."
     _check_images(x)
     _check_completion(completion, eps)
@@ -185,7 +205,8 @@ def complement_values(logits_fn, x: torch.Tensor, keep: torch.Tensor, completion
     if target is None:
         with torch.no_grad():
             target = logits_fn(x).argmax(1)
-    return masked_pgd(logits_fn, x, keep, target, eps=eps, alpha=alpha, steps=steps, generator=generator)
+    return masked_pgd(logits_fn, x, keep, target, eps=eps, alpha=alpha, steps=steps, generator=generator,
+                      restarts=restarts)
 
 def complete(logits_fn, x: torch.Tensor, keep: torch.Tensor, completion: str = "baseline", **kwargs) -> torch.Tensor:
     "The completed input x' for keep mask `keep` under `completion` (keyword arguments of `complement_values`)."
@@ -428,7 +449,8 @@ def minimum_sufficient(logits_fn, x: torch.Tensor, completion: str = "baseline",
             if k:
                 keep[torch.arange(len(block))[:, None], torch.tensor(block, device=x.device)] = 1
             ok = _completed_margin(logits_fn, x, keep.view(-1, 1, H, W), target, completion, chunk, None, **kwargs) > 0
+            if ok.any():   # count the subsets up to and including the first sufficient one, not the whole chunk
+                first = int(ok.float().argmax())
+                return keep[first].view(1, 1, H, W), {"tests": tests + first + 1, "size": k}
             tests += len(block)
-            if ok.any():
-                return keep[int(ok.float().argmax())].view(1, 1, H, W), {"tests": tests, "size": k}
     raise AssertionError("the full subset is always sufficient")
