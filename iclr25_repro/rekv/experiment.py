@@ -13,7 +13,7 @@ from typing import ClassVar
 import numpy as np
 import torch
 
-from ..core.results import all_of, check, claim, decide_within, mean_interval, paired_interval, per_seed
+from ..core.results import check, claim, gate, paired_interval, per_seed
 from ..core.runtime import ScaledConfig, map_jobs, pick_device, workers_device
 from .model import (DecoderConfig, ReKV, SceneWorld, frozen_encoder, kv_bytes, train_decoder,
                                      train_dual_encoder)
@@ -24,8 +24,9 @@ PAPER = {"title": "Streaming Video Question-Answering with In-context Video KV-C
          "code": "https://github.com/Becomebright/ReKV"}
 
 # %% auto #0
-__all__ = ['PAPER', 'ARMS', 'ORACLE_GAP', 'EXTERNAL_MARGIN', 'RECALL_R', 'FLAT', 'GAIN', 'DELTAS', 'Config', 'evaluate_length',
-           'streaming', 'seed_job', 'run', 'cost_test', 'make_claims', 'plan']
+__all__ = ['PAPER', 'ARMS', 'ORACLE_GAP', 'EXTERNAL_MARGIN', 'GAIN', 'RECALL_R', 'COMPETENT', 'DELTAS', 'GPU_UNITS_PER_S',
+           'Config', 'evaluate_length', 'streaming', 'external_recall', 'seed_job', 'run', 'competence_gates',
+           'cost_test', 'recall_by_layer', 'make_claims', 'plan']
 
 # %% ../../nbs/rekv/03_evaluation.ipynb #92fbdc6e
 @dataclass
@@ -45,23 +46,25 @@ class Config(ScaledConfig):
     rope_theta: float = 1e6
     # training: full attention on short videos
     train_frames: int = 16
-    steps: int = 500
+    steps: int = 350                  # the loss leaves ln 8 between steps 150 and 300 (a pilot at 300 stayed there on one seed); 500 at laptop
     batch: int = 32
     lr: float = 3e-3
-    dual_steps: int = 500             # the external retriever gets the decoder's steps and batch
-    dual_dim: int = 32
+    dual_steps: int = 500             # the trained reference retriever (not a claim's arm)
+    # the external arm's width is the decoder's (hidden), fixed by that principle before any run; its recall is
+    # also measured at these widths, at the claim length, to show how much the comparison owes to the width
+    external_dims: tuple = (16, 32, 64, 128, 256)
     # test
-    test_frames: tuple = (16, 64, 256, 1024)
+    test_frames: tuple = (16, 64, 256)
     full_max_frames: int = 256        # full attention is evaluated up to this many frames (its cost grows as T^2)
-    n_videos: int = 32                # per seed and length; each video holds n_needles needles, each asked once
+    n_videos: int = 16                # per seed and length; each video holds n_needles needles, each asked once
     n_needles: int = 4
     window: int = 16                  # frames in the sliding window (the training length)
     r: int = 8                        # frames retrieved
     b: int = 1                        # block size of the retrieval scores
-    claim_frames: int = 1024          # the length the claims are decided at
+    claim_frames: int = 256           # the length the claims are decided at
     sweep_r: tuple = ()               # extra ReKV runs at claim_frames (the full preset sweeps r and b)
     sweep_b: tuple = ()
-    stream_frames: int = 256          # the streaming protocol: one video, a question after each quarter
+    stream_frames: int = 64           # the streaming protocol: one video, a question after each quarter
     n_workers: int = 2
 
     def __post_init__(self):
@@ -72,6 +75,8 @@ class Config(ScaledConfig):
             raise ValueError(f"claim_frames ({self.claim_frames}) must be one of test_frames {self.test_frames}")
         if min(self.test_frames) > self.full_max_frames:
             raise ValueError("full_max_frames must include at least the shortest test length")
+        if not self.external_dims or min(self.external_dims) < 1:
+            raise ValueError(f"external_dims must be positive widths, got {self.external_dims}")
         if self.stream_frames % self.n_needles:
             raise ValueError("stream_frames must be a multiple of n_needles (one question per segment)")
 
@@ -79,13 +84,22 @@ class Config(ScaledConfig):
         "tiny": dict(n_seeds=2, steps=40, dual_steps=40, test_frames=(16, 64), full_max_frames=64, n_videos=4,
                      claim_frames=64, stream_frames=32, n_workers=1),
         "ci": {},
+        # sized from the ci replicates' spread (see "Sizing the laptop preset"): more seeds and videos, 1,024 frames,
+        # a deeper decoder (4 layers) so that per-layer recall beyond the first layer is measured
+        "laptop": dict(n_seeds=8, layers=4, steps=500, dual_steps=500, test_frames=(16, 64, 256, 1024),
+                       n_videos=48, claim_frames=1024, stream_frames=256, n_workers=2),
         "full": dict(tokens_per_frame=16, hidden=256, layers=4, heads=8, kv_heads=2, ffn=768, steps=3000, batch=64,
-                     lr=1e-3, dual_steps=3000, dual_dim=128, test_frames=(16, 64, 256, 1024, 4096), full_max_frames=4096,
+                     lr=1e-3, dual_steps=3000, test_frames=(16, 64, 256, 1024, 4096), full_max_frames=1024,
                      n_videos=16, claim_frames=4096, r=64, sweep_r=(8, 16, 32, 80), sweep_b=(2, 4, 8, 16),
                      stream_frames=1024, n_workers=1),
     }
-    SMOKE: ClassVar[dict] = dict(n_seeds=2, steps=2, dual_steps=2, n_videos=2, test_frames=(16, 64), claim_frames=64,
-                                 full_max_frames=64, stream_frames=64, sweep_r=(8, 16), sweep_b=(2,), n_workers=1)
+    # the smoke run keeps the preset's model (so that its measured rate calibrates the dry-run's estimate) and caps
+    # the loops: two seeds, a few steps (12: OneCycleLR needs a warm-up step count other than 1), two videos, lengths
+    # up to 256 frames
+    SMOKE: ClassVar[dict] = dict(n_seeds=2, steps=12, dual_steps=12, n_videos=2, n_workers=1,
+                                 test_frames=lambda t: tuple(x for x in t if x <= 256),
+                                 claim_frames=lambda c: min(c, 256), full_max_frames=lambda f: min(f, 256),
+                                 stream_frames=lambda f: min(f, 64), sweep_r=lambda r: r[:2], sweep_b=lambda b: b[:1])
 
     def world(self) -> SceneWorld:
         return SceneWorld(n_shapes=self.n_shapes, n_colours=self.n_colours, tokens_per_frame=self.tokens_per_frame)
@@ -195,6 +209,25 @@ def streaming(model, world: SceneWorld, cfg, rng, device) -> list[dict]:
                  future_frames_read=future, frames_seen=int(cache.n_frames))]
 
 
+def external_recall(world: SceneWorld, cfg, seed: int, rng) -> list[dict]:
+    """Needle recall of the fixed aligned retriever at each width in `external_dims` (r frames read, claim length),
+    on videos of its own: how much the internal-versus-external comparison owes to the external retriever's width."""
+    T = cfg.claim_frames
+    v = world.videos(cfg.n_videos, T, min(cfg.n_needles, T), rng)
+    frames = torch.as_tensor(v["frames"])
+    rows = []
+    for d in cfg.external_dims:
+        enc = frozen_encoder(world, d, seed)
+        hits = 0
+        with torch.no_grad():
+            for j in range(v["needle_shape"].shape[1]):
+                s = enc.scores(frames, torch.as_tensor(world.question(v["needle_shape"][:, j])))
+                top = s.topk(min(cfg.r, T), dim=1).indices                                   # (B, r)
+                hits += int((top == torch.as_tensor(v["needle_frame"][:, j])[:, None]).any(1).sum())
+        rows.append(dict(T=T, arm="external-d", d=int(d), recall=hits / (cfg.n_videos * v["needle_shape"].shape[1])))
+    return rows
+
+
 def seed_job(seed: int, cfg_dict: dict) -> list[dict]:
     "One seed: train the decoder and the external retriever on short videos, then every length and the streaming run."
     cfg = Config(**cfg_dict)
@@ -203,14 +236,16 @@ def seed_job(seed: int, cfg_dict: dict) -> list[dict]:
     with torch.random.fork_rng():
         model, losses = train_decoder(world, cfg.decoder(world), cfg.steps, cfg.batch, cfg.train_frames, cfg.lr, seed,
                                       device=device)
-        encoders = {"external": frozen_encoder(world, cfg.dual_dim, seed),
+        # the external arm's width is the decoder's: the principle fixed before any run
+        encoders = {"external": frozen_encoder(world, cfg.hidden, seed),
                     "external-trained": train_dual_encoder(world, cfg.dual_steps, cfg.batch, cfg.train_frames, 1e-2,
-                                                           seed, d=cfg.dual_dim)}
+                                                           seed, d=cfg.hidden)}
     rng = np.random.default_rng(1000 + seed)
     rows = [dict(T=None, arm="train", final_loss=float(np.mean(losses[-20:])))]
     for T in cfg.test_frames:
         rows += evaluate_length(model, encoders, world, T, cfg, rng, device)
     rows += streaming(model, world, cfg, rng, device)
+    rows += external_recall(world, cfg, seed, rng)
     return [r | dict(seed=seed) for r in rows]
 
 
@@ -227,9 +262,9 @@ def run(cfg: Config) -> dict:
 # %% ../../nbs/rekv/03_evaluation.ipynb #1667da94
 ORACLE_GAP = 0.10     # C1-oracle: ReKV within 10 accuracy points of the oracle (the paper's gaps: 2.0 and 8.4)
 EXTERNAL_MARGIN = 0.05  # C2: internal at least as accurate as external, up to 5 points
-RECALL_R = 0.5        # C2-recall: the correlation of accuracy and recall must lie above this
-FLAT = 1.5            # C3: "flat" = at most 1.5x the per-question time of the shortest video; "grows" = more
 GAIN = 0.037          # C1-uniform, C1-window: half the paper's gain of ReKV over uniform sampling (7.4 points)
+RECALL_R = 0.5        # K4: the per-seed correlation of accuracy and recall over the retrieval arms lies above this
+COMPETENT = 0.9       # gates: the decoder answers at least 90% of questions when it reads the needle
 # each claim's smallest effect that matters (a gain) or tolerance (a band's margin), with its reason, fixed before the run
 DELTAS = {
     "C1-uniform": (GAIN, "half the paper's gain of ReKV over uniform sampling (Table 2, LLaVA-OV-0.5B on QAEgo4D: "
@@ -241,16 +276,22 @@ DELTAS = {
     "C2-external": (EXTERNAL_MARGIN, "a non-inferiority margin of 5 accuracy points, more than twice the paper's "
                                      "advantage of internal over external retrieval (Table 2: 2.0 points at 0.5B, 1.8 "
                                      "at 7B), so that only a clear loss counts against 'at least as accurate'"),
-    "C2-recall": (RECALL_R, "a correlation of 0.5, the usual line of a large correlation (Cohen), for 'accuracy "
-                            "tracks recall'; the paper shows the tracking in Table 2 without a correlation"),
-    "C3-cost": (float(np.log(FLAT)), "a 1.5x change of the time per question (log 1.5) is the smallest read as "
-                                     "growth: the paper calls latency flat in frames (Table 5) without a tolerance"),
 }
 
 
+def competence_gates(rows, seeds, cfg) -> list[dict]:
+    """The gates of every accuracy claim, fixed before the run: the decoder answers when it reads the needle (the
+    oracle arm at the claim length) and, with full attention, at its training length; otherwise a miss of the
+    retrieval and a failure to answer cannot be told apart."""
+    T, T0 = cfg.claim_frames, min(cfg.test_frames)
+    acc = lambda arm, t: float(per_seed(rows, seeds, "accuracy", arm=arm, T=t).mean())
+    return [gate(f"oracle accuracy at {T} frames", acc("oracle", T), COMPETENT),
+            gate(f"full-attention accuracy at {T0} frames", acc("full", T0), COMPETENT)]
+
+
 def cost_test(rows, seeds, cfg) -> dict:
-    """C3's two parts on log time ratios paired over seeds: ReKV flat (interval below log FLAT, `decide_within`) and
-    full attention growing (interval above log FLAT); the verdict is the weaker part's (`all_of`)."""
+    """The measured wall time per question, as log ratios (claim length / shortest; full attention's longest / shortest)
+    paired over seeds with 95% t intervals: a measurement beside the tokens-read check, not a verdict."""
     T, T0 = cfg.claim_frames, min(cfg.test_frames)
     Tf = max(t for t in cfg.test_frames if t <= cfg.full_max_frames)
     ms = lambda arm, t: per_seed(rows, seeds, "ms_per_question", arm=arm, T=t)
@@ -258,16 +299,23 @@ def cost_test(rows, seeds, cfg) -> dict:
                          of=f"log(ms per question at {T} / at {T0} frames), ReKV")
     iv_f = paired_interval(ms("full", Tf), ms("full", T0), log=True, method="t",
                            of=f"log(ms per question at {Tf} / at {T0} frames), full attention")
-    flat = decide_within(iv, None, np.log(FLAT))
-    grows = decide_within(iv_f, np.log(FLAT), None)
-    return {"T": T, "T0": T0, "Tf": Tf, "rekv": iv, "full": iv_f, "flat": flat, "grows": grows,
-            "verdict": all_of([flat, grows])}
+    return {"T": T, "T0": T0, "Tf": Tf, "rekv": iv, "full": iv_f}
+
+
+def recall_by_layer(rows, seeds, cfg, arm: str = "rekv", T: int | None = None) -> list[float]:
+    "Needle recall of `arm` in each layer at length T (default the claim length), mean over seeds."
+    T = cfg.claim_frames if T is None else T
+    return [float(per_seed(rows, seeds, f"recall_l{l}", arm=arm, T=T).mean()) for l in range(cfg.layers)]
 
 
 def make_claims(rows, seeds, cfg) -> list[dict]:
     "The claims and checks, each decided by the rule written in it from the measured rows."
     T, T0 = cfg.claim_frames, min(cfg.test_frames)
     acc = lambda arm, t=T: per_seed(rows, seeds, "accuracy", arm=arm, T=t)
+    rec = lambda arm, t=T: float(per_seed(rows, seeds, "recall_union", arm=arm, T=t).mean())
+    gates = competence_gates(rows, seeds, cfg)
+    layers = ", ".join(f"layer {l} {x:.3f}" for l, x in enumerate(recall_by_layer(rows, seeds, cfg)))
+    per_layer = f"ReKV's needle recall at {T} frames: {layers}; union {rec('rekv'):.3f}; chance r/T = {cfg.r / T:.4f}."
     out = []
     rk = acc("rekv")
     for base in ("uniform", "window"):
@@ -277,74 +325,79 @@ def make_claims(rows, seeds, cfg) -> list[dict]:
             f"C1-{base}", f"At {T} frames ReKV answers needle questions more accurately than {base} "
                           f"{'sampling' if base == 'uniform' else 'attention alone'}.",
             "accuracy", paper=50.0 if base == "uniform" else None, paper_tests="direction" if base == "uniform" else None,
-            ours=float(rk.mean()), baseline=float(b.mean()), interval=iv,
+            ours=float(rk.mean()), baseline=float(b.mean()), interval=iv, gates=gates,
             delta=DELTAS[f"C1-{base}"][0], delta_reason=DELTAS[f"C1-{base}"][1], better="higher",
-            rule=f"decide(95% t interval of accuracy(ReKV) - accuracy({base}), paired over seeds, delta = {GAIN})",
+            rule=f"decide(95% t interval of accuracy(ReKV) - accuracy({base}), paired over seeds, delta = {GAIN}); "
+                 f"not_run unless both competence gates pass (>= {COMPETENT}).",
             note=(f"Paper (Table 2, LLaVA-OV-0.5B, QAEgo4D): ReKV 50.0 against uniform 42.6 (in %). " if base == "uniform"
                   else "") + f"{cfg.window}-frame window, r = {cfg.r}, b = {cfg.b}; at {T0} frames ReKV "
-                             f"{acc('rekv', T0).mean():.3f}."))
+                             f"{acc('rekv', T0).mean():.3f}. {per_layer}"))
     orc = acc("oracle")
     iv = paired_interval(orc, rk, method="t", of=f"accuracy(oracle) - accuracy(ReKV), {T} frames")
     out.append(claim(
         "C1-oracle", f"At {T} frames ReKV comes close to the oracle that reads the needle frame.", "accuracy",
-        paper=None, ours=float(rk.mean()), baseline=float(orc.mean()), interval=iv,
+        paper=None, ours=float(rk.mean()), baseline=float(orc.mean()), interval=iv, gates=gates,
         band=(None, ORACLE_GAP), delta=ORACLE_GAP, delta_reason=DELTAS["C1-oracle"][1],
         rule=f"decide_within(95% t interval of accuracy(oracle) - accuracy(ReKV), paired over seeds, band = (None, "
              f"{ORACLE_GAP})): within {ORACLE_GAP * 100:.0f} points of the oracle on the whole interval reproduced, "
-             f"wholly beyond not reproduced, across the edge inconclusive.",
-        note="Paper (Table 2): oracle 52.0 against ReKV 50.0 at 0.5B, 64.4 against 56.0 at 7B."))
+             f"wholly beyond not reproduced, across the edge inconclusive; not_run unless both competence gates pass.",
+        note=f"Paper (Table 2): oracle 52.0 against ReKV 50.0 at 0.5B, 64.4 against 56.0 at 7B. {per_layer}"))
     ext = acc("external")
     iv = paired_interval(rk, ext, method="t", of=f"accuracy(internal) - accuracy(external), {T} frames")
+    by_d = [r for r in rows if r.get("arm") == "external-d"]
+    dims = sorted({r["d"] for r in by_d})
+    curve = "; ".join(f"d = {d}: {np.mean([r['recall'] for r in by_d if r['d'] == d]):.3f}" for d in dims)
     out.append(claim(
         "C2-external", f"At {T} frames ReKV's internal retrieval is at least as accurate as external retrieval.",
         "accuracy", paper=50.0, paper_tests="direction", ours=float(rk.mean()), baseline=float(ext.mean()), interval=iv,
-        band=(-EXTERNAL_MARGIN, None), delta=EXTERNAL_MARGIN, delta_reason=DELTAS["C2-external"][1],
+        band=(-EXTERNAL_MARGIN, None), delta=EXTERNAL_MARGIN, delta_reason=DELTAS["C2-external"][1], gates=gates,
         rule=f"Non-inferiority: decide_within(95% t interval of accuracy(internal) - accuracy(external), paired over "
              f"seeds, band = (-{EXTERNAL_MARGIN}, None)): wholly above -{EXTERNAL_MARGIN} reproduced, wholly below not "
-             f"reproduced, across the edge inconclusive.",
+             f"reproduced, across the edge inconclusive; not_run unless both competence gates pass. The external arm "
+             f"is the fixed aligned table at the decoder's width (d = {cfg.hidden}), fixed before the run.",
         note=f"Paper (Table 2, 0.5B): internal 50.0 (recall 63.4) against external 48.0 (recall 58.1). Needle recall "
-             f"here: internal {per_seed(rows, seeds, 'recall_union', arm='rekv', T=T).mean():.3f}, external "
-             f"{per_seed(rows, seeds, 'recall_union', arm='external', T=T).mean():.3f}; the trained dual encoder: "
-             f"accuracy {acc('external-trained').mean():.3f}, recall "
-             f"{per_seed(rows, seeds, 'recall_union', arm='external-trained', T=T).mean():.3f}."))
-    # accuracy tracks recall: per seed, the correlation over ReKV's (scoring, length) cells beyond the window
-    cells = ("rekv", "rekv-cosine")
+             f"here: internal {rec('rekv'):.3f}, external {rec('external'):.3f}; external recall against its width "
+             f"(separate videos, {T} frames): {curve}. The trained dual encoder (a reference, not the claim's arm): "
+             f"accuracy {acc('external-trained').mean():.3f}, recall {rec('external-trained'):.3f}."))
+    # checks
+    # K4: accuracy follows recall across the retrieval arms of the paper's Table 2, per seed, lengths beyond the window
+    cells = ("uniform", "external", "rekv", "oracle")
     corr = []
     for s in seeds:
-        pts = [(r["recall_union"], r["accuracy"]) for r in rows
-               if r["seed"] == s and r.get("arm") in cells and r["T"] > T0]
-        a = np.array(pts)
+        a = np.array([(r["recall_union"], r["accuracy"]) for r in rows
+                      if r["seed"] == s and r.get("arm") in cells and r["T"] > T0])
         corr.append(float(np.corrcoef(a[:, 0], a[:, 1])[0, 1]) if a[:, 0].std() > 0 and a[:, 1].std() > 0 else 0.0)
-    iv = mean_interval(np.array(corr), method="t", of="Pearson r of accuracy and needle recall over (arm, length) cells")
-    out.append(claim(
-        "C2-recall", "Accuracy tracks needle recall across retrieval methods and lengths.",
-        "Pearson r (per seed)", paper=None, ours=iv["estimate"], interval=iv,
-        band=(RECALL_R, None), delta=RECALL_R, delta_reason=DELTAS["C2-recall"][1],
-        rule=f"decide_within(95% t interval of the per-seed correlation, over seeds, band = ({RECALL_R}, None)): wholly "
-             f"above {RECALL_R} reproduced, wholly below not reproduced, across it inconclusive.",
-        note=f"Cells: {', '.join(cells)} at every length above {T0} frames (where retrieval chooses)."))
-    # cost per question against T
+    guess = 1 / cfg.n_colours
+    resid = [abs(r["accuracy"] - (r["recall_union"] + (1 - r["recall_union"]) * guess)) for r in rows
+             if r.get("arm") in cells and r["T"] > T0]
+    out.append(check(
+        "K4-recall", "Accuracy follows needle recall across uniform, external, internal and oracle retrieval "
+                     "(the reading of the paper's Table 2).", "Pearson r of accuracy and recall (lowest seed)",
+        ours=min(corr), passed=min(corr) > RECALL_R,
+        rule=f"Every seed's correlation over ({', '.join(cells)}) x lengths above {T0} frames exceeds {RECALL_R}. Near "
+             f"construction: a model that answers when it reads the needle and guesses otherwise has accuracy "
+             f"recall + (1 - recall)/{cfg.n_colours}.",
+        note=f"Per-seed r: {', '.join(f'{c:.3f}' for c in corr)}; largest |accuracy - (recall + (1 - recall)/"
+             f"{cfg.n_colours})| over the cells {max(resid):.3f}."))
+    # K5: tokens read per question, ReKV against full attention; wall time as a measurement
+    S, M = cfg.world().n_sinks, cfg.tokens_per_frame
+    tok = lambda arm, t: float(np.mean([r["tokens_read"] for r in rows if r.get("arm") == arm and r["T"] == t]))
+    Tf_all = [t for t in cfg.test_frames if t <= cfg.full_max_frames]
+    rekv_ok = all(tok("rekv", t) == S + min(cfg.r, t) * M + 2 for t in cfg.test_frames)
+    full_ok = all(tok("full", t) == S + t * M + 2 for t in Tf_all)
     ct = cost_test(rows, seeds, cfg)
-    Tf, iv, iv_f = ct["Tf"], ct["rekv"], ct["full"]
-    ms = lambda arm, t: per_seed(rows, seeds, "ms_per_question", arm=arm, T=t)
-    ratio_rekv = ms("rekv", T) / ms("rekv", T0)
-    ratio_full = ms("full", Tf) / ms("full", T0)
-    out.append(claim(
-        "C3-cost", f"ReKV's question-answering time stays flat from {T0} to {T} frames while full attention's grows "
-                   f"(to {Tf} frames).", "wall time per question, ratio to the shortest video",
-        paper=None, ours=float(np.exp(iv["estimate"])), baseline=float(np.exp(iv_f["estimate"])), interval=iv,
-        band=(None, DELTAS["C3-cost"][0]), delta=DELTAS["C3-cost"][0], delta_reason=DELTAS["C3-cost"][1],
-        verdict=ct["verdict"],
-        rule=f"all_of two parts on log time ratios paired over seeds (95% t intervals): ReKV flat, "
-             f"decide_within(ReKV's, band = (None, log {FLAT})), and full attention growing, "
-             f"decide_within(full attention's, band = (log {FLAT}, None)); the verdict is the weaker part's (the interval "
-             f"recorded is ReKV's).",
-        note=f"ms per question, ReKV: {ms('rekv', T0).mean():.2f} at {T0}, {ms('rekv', T).mean():.2f} at {T}; full "
-             f"attention: {ms('full', T0).mean():.2f} at {T0}, {ms('full', Tf).mean():.2f} at {Tf} (mean ratios "
-             f"{ratio_rekv.mean():.2f} and {ratio_full.mean():.2f}; full attention's log-ratio interval "
-             f"[{iv_f['lo']:.2f}, {iv_f['hi']:.2f}]; ReKV flat: {ct['flat']}, full attention grows: {ct['grows']}). "
-             f"Paper (Table 5): latency flat in frames."))
-    # checks
+    Tf, ms = ct["Tf"], lambda arm, t: per_seed(rows, seeds, "ms_per_question", arm=arm, T=t).mean()
+    out.append(check(
+        "K5-tokens", f"ReKV reads a fixed number of tokens per question at every length (full attention's grow with T).",
+        f"tokens read per question by ReKV at {T} frames", ours=tok("rekv", T), passed=rekv_ok and full_ok,
+        rule=f"ReKV reads S + rM + 2 = {S + cfg.r * M + 2} tokens at every length >= r (S = {S} sinks, r = {cfg.r} "
+             f"frames of M = {M} tokens, 2 question tokens); full attention reads S + TM + 2.",
+        note=f"Full attention reads {tok('full', T0):.0f} tokens at {T0} frames and {tok('full', Tf):.0f} at {Tf}. "
+             f"Measured wall time per question (a measurement, not a verdict: sub-millisecond calls on a shared "
+             f"machine): ReKV {ms('rekv', T0):.3f} ms at {T0} frames, {ms('rekv', T):.3f} ms at {T} (log ratio "
+             f"[{ct['rekv']['lo']:.2f}, {ct['rekv']['hi']:.2f}]); full attention {ms('full', T0):.3f} ms at {T0}, "
+             f"{ms('full', Tf):.3f} ms at {Tf} (log ratio [{ct['full']['lo']:.2f}, {ct['full']['hi']:.2f}]). Paper "
+             f"(Table 5): latency flat in frames."))
     st = [r for r in rows if r.get("arm") == "streaming"]
     enc, qa, nq = (np.array([r[k] for r in st]) for k in ("encode_s", "qa_s", "questions"))
     per_q = {q: float(np.mean((enc + qa / nq * q * cfg.n_videos) / (q * cfg.n_videos))) for q in (1, cfg.n_needles)}
@@ -365,13 +418,42 @@ def make_claims(rows, seeds, cfg) -> list[dict]:
     return out
 
 
+# work units: one unit is one layer call on a batch of 512 token-equivalents (a d = 64 token is 1, a d = 256 token 16)
+# plus the call's fixed cost, 1; a training step counts 3 (forward, backward, update). Encoding is frame by frame, so
+# its calls grow with T; full attention's context grows too (its cost grows as T^2).
+# one GPU: an assumption, not timed on a GPU. A training step of the full preset (6.5e3 units) at ~10 ms is ~6e5
+# units/s; a launch-bound encoding call (~100 units, ~1 ms) ~1e5; 3e5 sits between, weighted to training's share.
+GPU_UNITS_PER_S = 3e5
+
+
+def _units(cfg) -> dict:
+    w, L, M = (cfg.hidden / 64) ** 2, cfg.layers, cfg.tokens_per_frame
+    call = lambda tokens: L * (1 + tokens * w / 512)
+    n_sinks = cfg.world().n_sinks
+    train = cfg.n_seeds * cfg.steps * 3 * call(cfg.batch * (n_sinks + cfg.train_frames * M + 2 * cfg.n_needles))
+    dual = cfg.n_seeds * cfg.dual_steps * 3
+    arms = len(ARMS) + len(cfg.sweep_r) + len(cfg.sweep_b)
+
+    def length(T):
+        enc = T * call(cfg.n_videos * M * (1 + cfg.window / 8))                     # the sliding window, frame by frame
+        full = T * call(cfg.n_videos * M * (1 + T / 16)) if T <= cfg.full_max_frames else 0.0   # context grows with T
+        ask = cfg.n_needles * arms * call(cfg.n_videos * (cfg.r * M + 2))
+        return enc + full + ask + cfg.n_videos * T * len(cfg.external_dims) / 64 * (T == cfg.claim_frames)
+    test = cfg.n_seeds * sum(length(T) for T in cfg.test_frames)
+    stream = cfg.n_seeds * cfg.stream_frames * call(cfg.n_videos * M * (1 + cfg.window / 8))
+    return dict(train=train + dual, test=test, stream=stream)
+
+
 def plan(cfg: Config) -> list[dict]:
-    "The phases of a run."
-    return [dict(phase="train decoder (full attention) and external retriever", seeds=cfg.n_seeds,
+    "The phases of a run, with their work in units (see `GPU_UNITS_PER_S`)."
+    u = _units(cfg)
+    par = max(1, min(cfg.n_workers, cfg.n_seeds))   # seeds run in parallel worker processes
+    return [dict(phase="train decoder (full attention) and the reference dual encoder", seeds=cfg.n_seeds,
                  frames=cfg.train_frames, steps=cfg.steps, batch=cfg.batch,
-                 model=f"{cfg.layers} layers, d={cfg.hidden}, {cfg.heads}/{cfg.kv_heads} heads"),
+                 model=f"{cfg.layers} layers, d={cfg.hidden}, {cfg.heads}/{cfg.kv_heads} heads", units=u["train"] / par),
             dict(phase="needle questions", seeds=cfg.n_seeds, frames=", ".join(map(str, cfg.test_frames)),
                  videos=cfg.n_videos, arms=", ".join(ARMS), full_attention_up_to=cfg.full_max_frames,
-                 sweeps=f"r {cfg.sweep_r}, b {cfg.sweep_b}" if cfg.sweep_r or cfg.sweep_b else ""),
+                 sweeps=f"r {cfg.sweep_r}, b {cfg.sweep_b}" if cfg.sweep_r or cfg.sweep_b else "",
+                 external_widths=", ".join(map(str, cfg.external_dims)), units=u["test"] / par),
             dict(phase="streaming protocol", seeds=cfg.n_seeds, frames=cfg.stream_frames, videos=cfg.n_videos,
-                 arms="rekv")]
+                 arms="rekv", units=u["stream"] / par)]

@@ -594,8 +594,8 @@ class DualEncoder(nn.Module):
 
 
 def frozen_encoder(world: "SceneWorld", d: int = 32, seed: int = 0) -> DualEncoder:
-    """The general-purpose external retriever (the SigLIP stand-in): both towers hold the same fixed aligned table,
-    never trained on the retrieval task."""
+    """A general-purpose external retriever: both towers hold the same fixed, noisy aligned table of width d,
+    never trained on the retrieval task (a random table, not a real image-text encoder)."""
     enc = DualEncoder(world.vocab_size, d)
     with torch.no_grad():
         E = aligned_table(world, d, seed)
