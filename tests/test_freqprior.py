@@ -1,15 +1,16 @@
 """Tests of iclr25_repro.freqprior: filters, FreeInit's covariance, FreqPrior's exact N(0, I), odd sizes, special
-cases, the sampler's call counts, batch and device independence, bad inputs, the claims' rules on made-up
-measurements, the video models and metrics, a tiny experiment run and the full preset's smoke run."""
+cases, the official script's covariance bound, the sampler's call counts, batch and device independence, lists of
+generators, bad inputs, diffusers' AnimateDiffPipeline with FreqPriorMixin, the claims' rules on made-up measurements,
+the video models and metrics, a tiny experiment run and the laptop and full presets' smoke runs."""
 import math
 
 import pytest
 import torch
 
 from iclr25_repro.freqprior import experiment
-from iclr25_repro.freqprior.noise import (VideoDiffusionSampler, butterworth_filter, check_shape, freeinit_mix,
-                                          freqprior_refine, gaussian_filter, is_symmetric, make_filter, pyoco_mixed,
-                                          pyoco_progressive)
+from iclr25_repro.freqprior.noise import (VideoDiffusionSampler, butterworth_filter, check_shape, filter_operator,
+                                          freeinit_mix, freqprior_refine, gaussian_filter, is_symmetric, make_filter,
+                                          pyoco_mixed, pyoco_progressive)
 
 
 def _cov_of_refine(shape, r, kind="butterworth"):
@@ -23,10 +24,34 @@ def test_freqprior_covariance_is_identity_for_even_sizes(shape, r):
     assert _cov_of_refine(shape, r, "gaussian") < 1e-12
 
 
-def test_odd_sizes_have_a_small_nonzero_error():
-    err = _cov_of_refine((3, 5, 5), 0.8)
-    assert 1e-8 < err < 1.0
-    assert not is_symmetric(butterworth_filter((3, 5, 5))) and is_symmetric(butterworth_filter((4, 6, 6)))
+@pytest.mark.parametrize("shape", [(3, 5, 5), (5, 4, 6)])
+@pytest.mark.parametrize("r", [0.5, 0.8])
+def test_odd_sizes_have_the_error_of_eq_3_and_less_than_freeinit(shape, r):
+    "||Cov - I||_F = 2 rho / (1 + rho) ||R^2||_F exactly, nonzero, and below FreeInit's 2 ||A - A^2||_F."
+    M = filter_operator(butterworth_filter(shape))
+    rho = r * r
+    predicted = 2 * rho / (1 + rho) * float(torch.linalg.matrix_norm(M.imag @ M.imag))
+    err = _cov_of_refine(shape, r)
+    assert predicted > 1e-6 and err == pytest.approx(predicted, rel=1e-8)
+    assert err < 2 * float(torch.linalg.matrix_norm(M.real - M.real @ M.real))
+    assert not is_symmetric(butterworth_filter(shape)) and is_symmetric(butterworth_filter((4, 6, 6)))
+
+
+@pytest.mark.parametrize("shape", [(3, 5, 5), (4, 6, 6), (5, 4, 7)])
+@pytest.mark.parametrize("kind", ["butterworth", "gaussian"])
+def test_bound_equals_the_official_scripts_q_squared(shape, kind):
+    """The chapter's bound ||R^2||_F equals covariance_error.py's ||Q^2||_F, Q = (A L B + B L A) / N with A + iB the
+    explicit (non-unitary) DFT matrix of the whole grid (Kronecker product of 1-D DFT matrices)."""
+    dft = lambda m: torch.exp(-2j * math.pi * torch.outer(torch.arange(m), torch.arange(m)).double() / m)
+    F = torch.kron(torch.kron(dft(shape[0]), dft(shape[1])), dft(shape[2]))
+    L = make_filter(kind, shape)
+    Q = (F.real * L.flatten() @ F.imag + F.imag * L.flatten() @ F.real) / L.numel()
+    P = (F.real * L.flatten() @ F.real + F.imag * L.flatten() @ F.imag) / L.numel()
+    M = filter_operator(L)
+    q2, r2 = float(torch.linalg.matrix_norm(Q @ Q)), float(torch.linalg.matrix_norm(M.imag @ M.imag))
+    assert q2 == pytest.approx(r2, rel=1e-9, abs=1e-14)
+    assert torch.allclose(P, M.real, atol=1e-12)                    # the official P is the chapter's A = Re M
+    assert (r2 < 1e-12) == all(s % 2 == 0 for s in shape)
 
 
 def test_refined_noise_has_unit_variance_and_flat_spectrum():
@@ -126,7 +151,8 @@ def test_tiny_experiment_run_and_determinism():
                for c in a["claims"])
     assert all(c["delta"] > 0 and c["delta_reason"] for c in a["claims"] if c["kind"] == "claim")
     assert len(a["c"]) == cfg.c_seeds and len({x["seed"] for x in a["c"]}) == cfg.c_seeds   # distinct replicates
-    assert len(a["b"]["replicates"]) == cfg.b_reps
+    assert len(a["b"]["replicates"]) == len(experiment.worlds(cfg)) == len(cfg.b_k0s) * len(cfg.b_schedules)
+    assert {(rep[0]["k0"], rep[0]["schedule"]) for rep in a["b"]["replicates"]} == set(experiment.worlds(cfg))
 
 
 def test_sprite_videos_and_tiny_model():
@@ -372,12 +398,13 @@ def test_c4_rule_moves_with_the_numbers_and_its_gates():
 
 
 def test_c2_rule_uses_intervals_over_groups():
-    "C2: transition-band gain over FreeInit against delta 0.2 and low-frequency error (lower) against 0.1; the weaker."
+    "C2: transition-band gain over FreeInit against delta 0.2 and low-frequency error (lower) against 0.1, over worlds."
     def reps(fp_transition, fp_low, spread=0.01):
-        return [[dict(method="gaussian", calls=25, zero=0.2, stop=0.5, low_error=0.9, transition=0.9, **{"pass": 0.9}),
-                 dict(method="freeinit", calls=75, zero=0.8, stop=0.5, low_error=0.2, transition=0.55, **{"pass": 1.2}),
+        w = dict(k0=0.03, schedule="linear")
+        return [[dict(method="gaussian", calls=25, zero=0.2, stop=0.5, low_error=0.9, transition=0.9, **{"pass": 0.9}, **w),
+                 dict(method="freeinit", calls=75, zero=0.8, stop=0.5, low_error=0.2, transition=0.55, **{"pass": 1.2}, **w),
                  dict(method="freqprior", calls=57, zero=0.7, stop=0.5, low_error=fp_low + spread * k,
-                      transition=fp_transition + spread * k, **{"pass": 1.1})] for k in range(4)]
+                      transition=fp_transition + spread * k, **{"pass": 1.1}, **w)] for k in range(4)]
     c = experiment._c2_claim(reps(0.9, 0.3))
     assert c["verdict"] == "reproduced" and c["delta"] == 0.2 and c["better"] == "higher"
     assert experiment._c2_claim(reps(0.6, 0.3))["verdict"] == "partial"          # transition gain about 0.06 < 0.2
@@ -419,15 +446,35 @@ def test_full_preset_plan_and_smoke(tmp_root):
     from iclr25_repro.core import cli
     full = experiment.Config.preset("full")
     phases = experiment.plan(full)
-    assert len(phases) == 2 + full.c_seeds == len(experiment.jobs_for(full)) + 1
+    assert len(phases) == 3 + full.c_seeds == len(experiment.jobs_for(full)) + 2
     unet = [p for p in phases if p.get("model") == "unet3d"]
     assert len(unet) == 3 and all(p["video"] == (3, 16, 32, 32) and p["samples_per_method"] == 1024 for p in unet)
     assert unet[0]["model_evaluations"] == 1024 * (25 + 75 + 57) * (2 if full.c_guidance != 1 else 1)
     assert 1 < unet[0]["gflop_per_video_evaluation"] < 100 and unet[0]["sampling_pflop"] > 0
+    est = cli.estimate_wall("freqprior", "full")
+    assert est["seconds"] == pytest.approx(cli.plan_units(phases) / experiment.GPU_UNITS_PER_S)
+    assert est["seconds"] <= cli.BUDGET_S["full"]                       # the full dry run fits 10 minutes on one GPU
     doc = cli.run_experiment("freqprior", "full", "cpu", 0, smoke=True)
     assert doc["scale"] == "full" and doc["config"]["smoke"] is True and doc["config"]["c_arch"] == "unet3d"
     assert [c["id"] for c in doc["claims"]] == ["C1-variance", "C2-spectrum", "C3-cost", "C4-learned"]
     assert not (tmp_root / "book" / "results").exists()
+
+
+def test_laptop_preset_smoke_and_dry_run(tmp_root):
+    "The laptop preset: the ci code path with larger numbers; its smoke run and its dry run, within 20 minutes."
+    from iclr25_repro.core import cli
+    lap, ci = experiment.Config.preset("laptop"), experiment.Config.preset("ci")
+    assert lap.c_arch == ci.c_arch == "tiny" and lap.c_steps >= 1000 and lap.c_seeds >= 3
+    assert len(experiment.worlds(lap)) >= 3 * len(experiment.worlds(ci)) and set(lap.b_schedules) == {"linear", "scaled_linear"}
+    doc = cli.run_experiment("freqprior", "laptop", "cpu", 0, smoke=True)
+    assert doc["scale"] == "laptop" and doc["config"]["smoke"] is True
+    assert [c["id"] for c in doc["claims"]] == ["C1-variance", "C2-spectrum", "C3-cost", "C4-learned"]
+    assert not (tmp_root / "book" / "results").exists()
+    text = cli.dry_run("freqprior", "laptop", "cpu", 0)
+    assert "estimated wall time" in text        # scaled from the timed smoke run (a loaded machine inflates it)
+    # at the rate the units are defined by (about 8 GFLOP/s of the tiny network per core, two workers), the laptop
+    # preset fits its 20 minutes with room: about 8 minutes
+    assert cli.plan_units(experiment.plan(lap)) / 8.0 <= 0.6 * cli.BUDGET_S["laptop"]
 
 
 def test_vparam_turns_a_v_prediction_into_the_epsilon_prediction():
@@ -444,3 +491,61 @@ def test_vparam_turns_a_v_prediction_into_the_epsilon_prediction():
     m = experiment.VParam(Oracle(), acp)
     assert torch.allclose(m(xt, t), eps, atol=1e-5)
     assert m(xt, 500).shape == xt.shape                     # a scalar timestep broadcasts over the batch
+
+
+def test_a_list_of_generators_draws_each_item_from_its_own():
+    "As diffusers' pipelines take them: item i's fresh noise comes from generator i alone."
+    L = butterworth_filter((4, 8, 8))
+    z = torch.randn(3, 2, 4, 8, 8, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    batch = freqprior_refine(z, L, 0.8, [torch.Generator().manual_seed(10 + i) for i in range(3)])
+    for i in range(3):
+        one = freqprior_refine(z[i:i + 1], L, 0.8, torch.Generator().manual_seed(10 + i))
+        assert torch.allclose(batch[i:i + 1], one, atol=1e-12)
+    assert not torch.allclose(batch[0], batch[1])
+    with pytest.raises(ValueError, match="one generator per item"):
+        freqprior_refine(z, L, 0.8, [torch.Generator().manual_seed(0)] * 2)
+    s = VideoDiffusionSampler(lambda x, t: 0.1 * x, num_steps=5)
+    out = s.sample(z, "freqprior", iters=2, mid_step=401, generator=[torch.Generator().manual_seed(i) for i in range(3)])
+    assert out.x0.shape == z.shape and out.calls == s.expected_calls("freqprior", 2, 401)
+
+
+def test_freqprior_mixin_in_diffusers_animatediff_pipeline():
+    """diffusers' own AnimateDiffPipeline, built from tiny configs on the CPU (no text encoder or tokenizer: the prompt
+    is given as embeddings), with FreqPrior, classifier-free guidance and a list of generators, equals the sampler."""
+    from diffusers import AnimateDiffPipeline, MotionAdapter, UNet2DConditionModel
+
+    from iclr25_repro.core.runtime import one_thread
+    from iclr25_repro.freqprior.noise import FreqPriorMixin, animatediff_ddim_scheduler
+
+    class Pipe(FreqPriorMixin, AnimateDiffPipeline):
+        pass
+
+    with one_thread(), torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        unet = UNet2DConditionModel(block_out_channels=(8, 16), layers_per_block=1, sample_size=8, in_channels=4,
+                                    out_channels=4, down_block_types=("CrossAttnDownBlock2D", "DownBlock2D"),
+                                    up_block_types=("UpBlock2D", "CrossAttnUpBlock2D"), cross_attention_dim=16,
+                                    norm_num_groups=2, attention_head_dim=4)
+        adapter = MotionAdapter(block_out_channels=(8, 16), motion_layers_per_block=1, motion_norm_num_groups=2,
+                                motion_num_attention_heads=2)
+        pipe = Pipe(vae=None, text_encoder=None, tokenizer=None, unet=unet, motion_adapter=adapter,
+                    scheduler=animatediff_ddim_scheduler())
+        pipe.set_progress_bar_config(disable=True)
+        B, F = 2, 8
+        emb, neg = torch.randn(B, 3, 16), torch.randn(B, 3, 16)
+        latents = torch.randn(B, 4, F, 4, 4, generator=torch.Generator().manual_seed(1))
+        gens = lambda: [torch.Generator().manual_seed(10 + i) for i in range(B)]
+        kw = dict(prompt_embeds=emb, negative_prompt_embeds=neg, num_frames=F, height=32, width=32,
+                  num_inference_steps=10, guidance_scale=2.0, output_type="latent")
+        pipe.enable_freqprior(num_iters=3, mid_step=301, r=0.8)
+        ours = pipe(latents=latents.clone(), generator=gens(), **kw).frames
+        model = lambda x, t, e: pipe.unet(x, t, encoder_hidden_states=e.repeat_interleave(F, 0)).sample
+        sampler = VideoDiffusionSampler(model, animatediff_ddim_scheduler(), num_steps=10, guidance_scale=2.0)
+        with torch.no_grad():
+            ref = sampler.sample(latents.clone(), "freqprior", iters=3, mid_step=301, r=0.8, generator=gens(),
+                                 cond=dict(e=emb), uncond=dict(e=neg))
+        assert ours.shape == (B, 4, F, 4, 4) and ref.calls == 6 + 6 + 10
+        assert torch.allclose(ours, ref.x0, atol=1e-4)
+        pipe.disable_freqprior()
+        plain = pipe(latents=latents.clone(), generator=gens(), **kw).frames
+        assert not torch.allclose(plain, ours, atol=1e-3)                  # FreqPrior changed the samples

@@ -13,16 +13,17 @@ import numpy as np
 import torch
 
 from ..core.results import all_of, check, claim, decide, gate, mean_interval, paired_interval
-from ..core.runtime import ScaledConfig, map_jobs, one_thread, workers_device
+from ..core.runtime import ScaledConfig, effective_workers, map_jobs, one_thread, workers_device
 from ..core.runtime import pick_device
 from .noise import (VideoDiffusionSampler, animatediff_ddim_scheduler, butterworth_filter,
                                           freeinit_mix, freqprior_refine, make_filter, pyoco_mixed, pyoco_progressive)
 
 # %% auto #0
-__all__ = ['PAPER', 'PALETTE', 'DELTAS', 'GATE_FACTOR', 'Config', 'bands', 'spectrum', 'noise_statistics', 'radial_profile',
-           'GaussianVideoPrior', 'exact_toy', 'sprite_videos', 'TinyVideoEps', 'UNet3DEps', 'VParam', 'sprite_speed',
-           'video_metrics', 'learned_toy', 'mean_rows', 'per_seed', 'c4_gates', 'make_claims', 'explicit_cov',
-           'explicit_cov_error', 'jobs_for', 'run', 'forward_gflop', 'plan']
+__all__ = ['PAPER', 'PALETTE', 'DELTAS', 'GATE_FACTOR', 'FFT_UNITS', 'NOISE_UNITS', 'START_UNITS', 'GPU_UNITS_PER_S', 'Config',
+           'bands', 'spectrum', 'noise_statistics', 'radial_profile', 'GaussianVideoPrior', 'exact_toy',
+           'sprite_videos', 'TinyVideoEps', 'UNet3DEps', 'VParam', 'sprite_speed', 'video_metrics', 'learned_toy',
+           'mean_rows', 'per_seed', 'c4_gates', 'make_claims', 'explicit_cov', 'explicit_cov_error', 'jobs_for', 'run',
+           'worlds', 'forward_gflop', 'plan']
 
 # %% ../../nbs/freqprior/03_evaluation.ipynb #82c4a50a
 @dataclass
@@ -33,9 +34,9 @@ class Config(ScaledConfig):
     n_noise: int = 1024              # Part A draws
     filter: str = "butterworth"
     r: float = 0.8
-    k0: float = 0.03                 # Part B prior spectrum scale (cycles per sample)
-    n_videos: int = 128              # Part B samples per method, split into b_reps groups with independent noise
-    b_reps: int = 4
+    b_k0s: tuple = (0.03, 0.06)      # Part B worlds: prior spectrum scales k0 (cycles per sample) ...
+    b_schedules: tuple = ("linear", "scaled_linear")   # ... times noise schedules (AnimateDiff's, Stable Diffusion's)
+    n_videos: int = 32               # Part B samples per method and world
     num_steps: int = 25
     iters: int = 3
     mid_step: int = 321
@@ -47,24 +48,35 @@ class Config(ScaledConfig):
     c_size: int = 16
     c_rgb: bool = False              # 3-channel checkered sprites in four colour classes
     c_guidance: float = 1.0          # classifier-free guidance scale (the U-Net only)
-    c_train: int = 4096              # training videos per seed
-    c_steps: int = 250               # AdamW steps, cosine decay
+    c_train: int = 512               # training videos per seed
+    c_steps: int = 40                # AdamW steps, cosine decay
     c_batch: int = 16
     c_lr: float = 1e-2
-    c_videos: int = 32               # samples per method and seed (shared initial noise)
+    c_videos: int = 16               # samples per method and seed (shared initial noise)
     c_sample_batch: int = 256
     n_workers: int = 2
     PRESETS: ClassVar[dict] = {
-        "tiny": dict(shape_even=(4, 8, 8), shape_odd=(3, 7, 7), n_noise=256, n_videos=64, b_reps=2, c_seeds=2,
+        "tiny": dict(shape_even=(4, 8, 8), shape_odd=(3, 7, 7), n_noise=256, b_k0s=(0.03,), n_videos=16, c_seeds=2,
                      c_train=256, c_steps=5, c_width=4, c_videos=4, n_workers=1),
         "ci": {},
-        "full": dict(n_noise=16384, n_videos=8192, b_reps=8, ablation=True, c_arch="unet3d", c_width=32, c_frames=16,
-                     c_size=32, c_rgb=True, c_guidance=1.0, c_train=20_000, c_steps=1500, c_batch=32, c_lr=5e-4,
-                     c_videos=1024, n_workers=1),
+        "laptop": dict(n_noise=4096, b_k0s=(0.015, 0.02, 0.03, 0.045, 0.06, 0.09), n_videos=128, c_seeds=8,
+                       c_train=4096, c_steps=2000, c_videos=64),
+        "full": dict(n_noise=16384, b_k0s=(0.015, 0.02, 0.03, 0.045, 0.06, 0.09), n_videos=1024, ablation=True,
+                     c_arch="unet3d", c_width=32, c_frames=16, c_size=32, c_rgb=True, c_guidance=1.0, c_train=20_000,
+                     c_steps=1500, c_batch=32, c_lr=5e-4, c_videos=1024, n_workers=1),
     }
-    # smoke: the full preset's models and code paths on fewer, smaller videos and a 5-step schedule
-    SMOKE: ClassVar[dict] = dict(n_noise=16, n_videos=8, b_reps=2, c_seeds=2, c_train=8, c_steps=1, c_batch=2,
+    # smoke: each preset's models and code paths on fewer, smaller videos, a 5-step schedule and a few training steps
+    SMOKE: ClassVar[dict] = dict(n_noise=16, b_k0s=lambda v: v[:1], n_videos=4, c_seeds=2, c_train=64,
+                                 c_steps=lambda v: min(v, 10), c_batch=lambda v: min(v, 8), c_width=lambda v: min(v, 8),
                                  c_videos=2, c_frames=8, c_size=16, num_steps=5, mid_step=401)
+
+    def __post_init__(self):
+        super().__post_init__()
+        if not self.b_k0s or not self.b_schedules or self.c_seeds < 2:
+            raise ValueError(f"Part B needs at least one k0 and one schedule, Part C two seeds; got b_k0s={self.b_k0s}, "
+                             f"b_schedules={self.b_schedules}, c_seeds={self.c_seeds}")
+        if len(self.b_k0s) * len(self.b_schedules) < 2:
+            raise ValueError("Part B's claim needs at least two worlds (k0 values times schedules)")
 
 # %% ../../nbs/freqprior/03_evaluation.ipynb #3f2a0a19
 PAPER = {"title": "FreqPrior: Improving Video Diffusion Models with Frequency Filtering Gaussian Noise",
@@ -134,10 +146,11 @@ class GaussianVideoPrior(torch.nn.Module):
         return torch.fft.ifftn(gain * torch.fft.fftn(x, dim=(-3, -2, -1)), dim=(-3, -2, -1)).real
 
 def exact_toy(shape, k0: float, n: int, num_steps: int, iters: int, mid_step: int, r: float, kind: str,
-              gen: torch.Generator, device: str = "cpu") -> dict:
-    "Part B: output power / S by band for Gaussian, FreeInit and FreqPrior initialisation; model calls."
+              gen: torch.Generator, device: str = "cpu", schedule: str = "linear") -> dict:
+    """Part B in one world (spectrum scale k0, noise schedule `schedule`: 'linear' is AnimateDiff's, 'scaled_linear'
+    Stable Diffusion's): output power / S by band for Gaussian, FreeInit and FreqPrior initialisation; model calls."""
     prior = GaussianVideoPrior(shape, k0)
-    sampler = VideoDiffusionSampler(prior, num_steps=num_steps, filter=kind)
+    sampler = VideoDiffusionSampler(prior, animatediff_ddim_scheduler(schedule), num_steps=num_steps, filter=kind)
     prior.acp = sampler.acp
     L = make_filter(kind, shape)
     eps0 = torch.randn(n, *shape, generator=gen, dtype=torch.float64).to(device)
@@ -150,7 +163,7 @@ def exact_toy(shape, k0: float, n: int, num_steps: int, iters: int, mid_step: in
         res = sampler.sample(eps0, method, iters=iters, mid_step=mid_step, r=r, generator=gen)
         ratio = spectrum(res.x0).cpu() / S
         spectra[method] = ratio
-        row = dict(method=method, calls=res.calls)
+        row = dict(method=method, calls=res.calls, k0=k0, schedule=schedule)
         for band, m in bands(L).items():
             row[band] = float(ratio[m].mean())
         low = [row[k] for k in ("zero", "pass") if math.isfinite(row[k])]     # tiny grids have no pass band
@@ -160,7 +173,7 @@ def exact_toy(shape, k0: float, n: int, num_steps: int, iters: int, mid_step: in
     a_T = float(sampler.acp[-1])
     gap = float(a_T * S[0, 0, 0] + 1 - a_T)
     return dict(rows=rows, spectra={k: v.tolist() for k, v in spectra.items()}, L=L.tolist(),
-                S=S.tolist(), train_power_at_T_zero_freq=gap)
+                S=S.tolist(), train_power_at_T_zero_freq=gap, k0=k0, schedule=schedule)
 
 # %% ../../nbs/freqprior/03_evaluation.ipynb #e4f7cc89
 PALETTE = torch.tensor([[1.0, 0.25, 0.25], [0.25, 1.0, 0.25], [0.25, 0.25, 1.0], [1.0, 1.0, 0.25]])   # sprite colours
@@ -289,7 +302,7 @@ def _sample_batches(sampler, eps0, method, cfg, labels, null, gen, batch: int):
         calls = res.calls
     return torch.cat(outs), calls
 
-def learned_toy(cfg, k: int, n_boot: int = 500) -> dict:
+def learned_toy(cfg, k: int, n_boot: int = 1999) -> dict:
     """Part C for one seed (replicate k): its own training videos, initialisation and noise; trains the video model
     (cosine-decayed AdamW), samples with the three initialisations from shared initial noise, and compares the
     samples' metrics with the data's."""
@@ -328,24 +341,24 @@ def learned_toy(cfg, k: int, n_boot: int = 500) -> dict:
         eps0 = torch.randn(n, C, cfg.c_frames, cfg.c_size, cfg.c_size, generator=gen).to(device)
         labels = torch.randint(0, len(PALETTE), (n,), generator=gen) if conditional else None
         rows = [dict(seed=seed, method="data", flicker=float(ref["flicker"].mean()), hf_ratio=1.0, speed_ratio=1.0,
-                     speed=float(ref["speed"].mean()), calls=0)]
-        idx = np.random.default_rng(seed).integers(0, n, (n_boot, n))        # one set of resamples: paired across methods
+                     speed=float(ref["speed"].mean()), calls=0, loss_first=float(np.mean(losses[:10])),
+                     loss_last=float(np.mean(losses[-10:])))]
+        boot = dict(method="percentile", n_resamples=n_boot, seed=seed)    # scipy.stats.bootstrap, via core
         per_video = {}
         with torch.no_grad():
             for method in ("gaussian", "freeinit", "freqprior"):
                 x0, calls = _sample_batches(sampler, eps0, method, cfg, labels, len(PALETTE), gen, cfg.c_sample_batch)
                 m = video_metrics(x0, sprite)
                 per_video[method] = m
-                fl_b = m["flicker"][idx].mean(1)
+                fl = mean_interval(m["flicker"], **boot)
                 rows.append(dict(seed=seed, method=method, calls=calls, flicker=float(m["flicker"].mean()),
-                                 flicker_lo=float(np.percentile(fl_b, 2.5)), flicker_hi=float(np.percentile(fl_b, 97.5)),
+                                 flicker_lo=fl["lo"], flicker_hi=fl["hi"],
                                  hf_ratio=float(m["hf"].mean() / ref["hf"].mean()), speed=float(m["speed"].mean()),
                                  speed_ratio=float(m["speed"].mean() / ref["speed"].mean())))
-        diff = (per_video["freqprior"]["flicker"] - per_video["gaussian"]["flicker"])[idx].mean(1)
+        diff = paired_interval(per_video["freqprior"]["flicker"], per_video["gaussian"]["flicker"], **boot)
         return dict(seed=seed, rows=rows, loss_first=float(np.mean(losses[:10])), loss_last=float(np.mean(losses[-10:])),
                     n_params=sum(p.numel() for p in model.parameters()),
-                    flicker_diff=dict(value=float(diff.mean()), lo=float(np.percentile(diff, 2.5)),
-                                      hi=float(np.percentile(diff, 97.5))))
+                    flicker_diff=dict(value=diff["estimate"], lo=diff["lo"], hi=diff["hi"]))
 
 # %% ../../nbs/freqprior/03_evaluation.ipynb #b8256440
 # The smallest effect that matters for each claim, (delta, why), fixed before the run. The paper's tables (VBench)
@@ -354,10 +367,11 @@ def learned_toy(cfg, k: int, n_boot: int = 500) -> dict:
 DELTAS = {
     "C2-spectrum": (0.2, "half the power FreeInit's noise loses in the transition band by the derivation (C1's closed "
                          "form, 1 - mean(L^2 + (1 - L)^2) over 0.1 <= L < 0.9, is 0.39 for the Butterworth filter at "
-                         "(8, 16, 16)); the exact denoiser is linear, so the output inherits the loss"),
+                         "(8, 16, 16)); the exact denoiser is linear, so the output inherits the loss: a mechanism that "
+                         "recovers less than half of it is not the one the paper describes"),
     "C2-spectrum-low": (0.1, "0.1 in mean |log| power ratio, a 10% error of the output power against the prior's at "
-                             "the zero frequency and in the pass band: the smallest change of a band's power taken to "
-                             "matter, as the paper gives no number for the low-frequency gap"),
+                             "the zero frequency and in the pass band: the conventional smallest change of a band's "
+                             "power taken to matter, as the paper gives no number for the low-frequency gap"),
     "C4-learned": (0.1, "0.1 in log flicker ratio, a 10% reduction of flicker: the smallest change of a sample "
                         "statistic taken to matter, as the paper's VBench tables could not be read"),
     "C4-learned-hf": (0.1, "0.1 in |log| high-frequency energy ratio, a 10% difference of energy: the same smallest "
@@ -367,7 +381,7 @@ GATE_FACTOR = 2.0   # C4 is decided only if Gaussian initialisation's samples ar
                     # high-frequency energy, flicker and sprite speed (geometric means over seeds)
 
 def mean_rows(reps: list[list[dict]]) -> list[dict]:
-    "Part B's rows averaged over its replicate groups (the calls are the same in every group)."
+    "Part B's rows averaged over its worlds (the calls are the same in every world)."
     keys = ("zero", "pass", "transition", "stop", "low_error")
     return [dict(method=r["method"], calls=r["calls"], **{k: float(np.mean([rep[i][k] for rep in reps])) for k in keys})
             for i, r in enumerate(reps[0])]
@@ -382,15 +396,15 @@ def _iv_text(iv: dict) -> str:
 def _c2_claim(b_reps: list[list[dict]]) -> dict:
     col = lambda m, k: np.array([next(r[k] for r in rep if r["method"] == m) for rep in b_reps])
     iv = paired_interval(col("freqprior", "transition"), col("freeinit", "transition"),
-                         of="mean over the replicate groups of FreqPrior's minus FreeInit's transition-band power ratio")
+                         of="mean over the worlds (spectra and schedules) of FreqPrior's minus FreeInit's transition-band power ratio")
     iv_low = paired_interval(col("freqprior", "low_error"), col("gaussian", "low_error"),
-                             of="mean over the groups of FreqPrior's minus Gaussian initialisation's low-frequency error")
+                             of="mean over the worlds of FreqPrior's minus Gaussian initialisation's low-frequency error")
     (d, why), (d_low, _) = DELTAS["C2-spectrum"], DELTAS["C2-spectrum-low"]
     v_hf, v_low = decide(iv, d, "higher"), decide(iv_low, d_low, "lower")
     b = {r["method"]: r for r in mean_rows(b_reps)}
     return claim("C2-spectrum", "With an exact denoiser, FreqPrior keeps more power than FreeInit in the filter's "
                  "transition band while closing the low-frequency gap of Gaussian noise.",
-                 "output / prior power in the transition band, FreqPrior (baseline: FreeInit), mean over groups",
+                 "output / prior power in the transition band, FreqPrior (baseline: FreeInit), mean over worlds",
                  paper=None, ours=b["freqprior"]["transition"], baseline=b["freeinit"]["transition"], interval=iv,
                  delta=d, delta_reason=why, better="higher", verdict=all_of([v_hf, v_low]),
                  rule=f"decide(95% t interval of FreqPrior's minus FreeInit's transition-band ratio, delta = {d:g}) and "
@@ -400,8 +414,9 @@ def _c2_claim(b_reps: list[list[dict]]) -> dict:
                  note=f"transition band: {v_hf.replace('_', ' ')}; low-frequency error difference FreqPrior - Gaussian "
                       f"{_iv_text(iv_low)} ({v_low.replace('_', ' ')}; delta {d_low:g}: {DELTAS['C2-spectrum-low'][1]}); "
                       "low-frequency error: " + ", ".join(f"{m} {b[m]['low_error']:.3f}" for m in b)
-                      + f"; {len(b_reps)} groups of videos with independent noise; the paper measures VBench scores of "
-                        "real video models")
+                      + f"; {len(b_reps)} worlds (prior spectrum scale k0 / noise schedule: "
+                      + ", ".join(f"{rep[0]['k0']:g}/{rep[0]['schedule']}" for rep in b_reps)
+                      + "), each with its own videos and noise; the paper measures VBench scores of real video models")
 
 def c4_gates(c_results: list[dict]) -> list[dict]:
     """C4's gates: Gaussian initialisation's samples within GATE_FACTOR of the data's high-frequency energy, flicker
@@ -503,7 +518,7 @@ def explicit_cov_error(shape, kind: str, r: float) -> float:
 
 def jobs_for(cfg) -> list[dict]:
     "One Part C job per seed, then Parts A and B in one job."
-    return [dict(fn="c", k=k) for k in range(cfg.c_seeds)] + [dict(fn="ab", k=None)]   # at ci each about 15-20 s
+    return [dict(fn="c", k=k) for k in range(cfg.c_seeds)] + [dict(fn="ab", k=None)]
 
 def _dispatch(fn: str, k, cfg_dict: dict) -> dict:
     cfg = Config(**cfg_dict)
@@ -522,34 +537,41 @@ def run(cfg: Config) -> dict:
     out["device"] = workers_device(pick_device(cfg.device), cfg.n_workers, extra="Parts A and B: FFTs")
     return out
 
+def worlds(cfg) -> list[tuple[float, str]]:
+    "Part B's worlds: every prior spectrum scale k0 under every noise schedule."
+    return [(k0, sched) for sched in cfg.b_schedules for k0 in cfg.b_k0s]
+
 def _run_ab(cfg: Config) -> dict:
-    "Part A, Part B in `b_reps` groups of videos with independent noise, and the full preset's ablations."
+    "Part A, Part B in each world (its own videos and noise), and the full preset's ablations."
     gen = torch.Generator().manual_seed(cfg.seed)
     a_rows = noise_statistics(cfg.shape_even, cfg.n_noise, cfg.filter, cfg.r, gen) + \
         noise_statistics(cfg.shape_odd, cfg.n_noise, cfg.filter, cfg.r, gen)
     small = tuple(min(s, 6) for s in cfg.shape_even)
     cov_err = explicit_cov_error(small, cfg.filter, cfg.r)
     dev = str(pick_device(cfg.device))
-    toy = dict(shape=cfg.shape_even, k0=cfg.k0, n=cfg.n_videos // cfg.b_reps, num_steps=cfg.num_steps, iters=cfg.iters,
-               mid_step=cfg.mid_step, r=cfg.r, kind=cfg.filter, gen=gen, device=dev)
-    reps = [exact_toy(**toy) for _ in range(cfg.b_reps)]
+    toy = dict(shape=cfg.shape_even, n=cfg.n_videos, num_steps=cfg.num_steps, iters=cfg.iters, mid_step=cfg.mid_step,
+               r=cfg.r, kind=cfg.filter, gen=gen, device=dev)
+    reps = [exact_toy(**toy, k0=k0, schedule=sched) for k0, sched in worlds(cfg)]
     b = reps[0] | {"rows": mean_rows([x["rows"] for x in reps]), "replicates": [x["rows"] for x in reps],
-                   "spectra": {k: np.mean([x["spectra"][k] for x in reps], axis=0).tolist() for k in reps[0]["spectra"]}}
+                   "spectra": {k: np.mean([x["spectra"][k] for x in reps], axis=0).tolist() for k in reps[0]["spectra"]},
+                   "train_power_at_T": [dict(k0=x["k0"], schedule=x["schedule"], zero_freq=x["train_power_at_T_zero_freq"])
+                                        for x in reps]}
     ablation = []
     if cfg.ablation:
         steps = VideoDiffusionSampler(lambda x, t: x, num_steps=cfg.num_steps).timesteps
         mids = [steps[round(f * (len(steps) - 1))] for f in (11 / 24, 16 / 24, 1)]     # 521, 321, 1 at 25 steps
+        base = toy | dict(k0=cfg.b_k0s[0], schedule=cfg.b_schedules[0], n=max(cfg.n_videos // 4, 2))
         for name, kw in [("r", [dict(r=v) for v in (0.5, 0.8, 1.0)]),
                          ("mid_step", [dict(mid_step=v) for v in mids]),
                          ("iters", [dict(iters=v) for v in (2, 3, 5)]),
                          ("filter", [dict(kind=v) for v in ("butterworth", "gaussian")])]:
             for k in kw:
-                res = exact_toy(**(toy | dict(n=max(cfg.n_videos // 4, 2)) | k))
+                res = exact_toy(**(base | k))
                 ablation.append(dict(knob=name, value=list(k.values())[0],
                                      **{m["method"]: m["transition"] for m in res["rows"]},
                                      freqprior_calls=res["rows"][2]["calls"]))
     return {"a": a_rows, "cov_err_even": cov_err, "cov_shape": small, "b": b, "ablation": ablation,
-            "rows": a_rows + b["rows"]}
+            "rows": a_rows + [r for rep in b["replicates"] for r in rep]}
 
 def forward_gflop(cfg) -> float:
     "GFLOP of one Part C model evaluation on one video (counted by torch's FlopCounterMode on the CPU)."
@@ -561,22 +583,42 @@ def forward_gflop(cfg) -> float:
         model(x, 500, label=torch.zeros(1, dtype=torch.long))
     return counter.get_total_flops() / 1e9
 
+# The work of a run in units of one GFLOP of model arithmetic (FlopCounterMode; a training step counts a forward and
+# a backward pass, three forwards). Work that is not a network's is counted as the GFLOP the tiny network would do in
+# the same CPU time (taken from the ci timings on this kind of machine: a training step of batch 16 at width 8, about
+# 0.4 GFLOP, takes about 0.05 s on one core, about 8 GFLOP/s): FFT_UNITS per exact-denoiser call and scheduler step
+# on one (8, 16, 16) video (about 50 microseconds), NOISE_UNITS per Part A draw and shape (about 200
+# microseconds), START_UNITS per spawned worker process (its start and imports, about 4 s). The laptop estimate of --dry-run divides this by the rate of a timed smoke run.
+FFT_UNITS, NOISE_UNITS, START_UNITS = 4e-4, 1.6e-3, 32.0
+# Units per second on one GPU, for the full preset's --dry-run: an assumption, not a measurement (no GPU run yet):
+# the full preset's class-conditional U-Net (blocks of 32 and 64 channels, 16 x 32 x 32 RGB videos, batches of 32
+# to 256 in bfloat16) taken to reach 50 TFLOP/s, about 5% of an H100's dense bfloat16 peak, as small convolutions do.
+GPU_UNITS_PER_S = 5e4
+
 def plan(cfg) -> list[dict]:
-    "The phases of a run and their work: noise draws, exact-denoiser samples, training steps, model evaluations, FLOPs."
+    "The phases of a run and their work (`units`, see above): noise draws, exact-denoiser samples, training, sampling."
     s = VideoDiffusionSampler(lambda x, t: x, num_steps=cfg.num_steps, filter=cfg.filter)
     calls = sum(s.expected_calls(m, cfg.iters, cfg.mid_step) for m in ("gaussian", "freeinit", "freqprior"))
     conditional = cfg.c_arch == "unet3d"
     evals = calls * (2 if conditional and cfg.c_guidance != 1.0 else 1)
-    phases = [dict(phase="Part A, noise statistics", draws=2 * 5 * cfg.n_noise, shapes=f"{cfg.shape_even}, {cfg.shape_odd}"),
-              dict(phase="Part B, exact Gaussian prior", groups=cfg.b_reps, videos_per_method=cfg.n_videos,
-                   denoiser_calls_per_video=calls, ablation_runs=11 if cfg.ablation else 0)]
+    voxels = math.prod(cfg.shape_even) / (8 * 16 * 16)
+    par = effective_workers(min(cfg.n_workers, len(jobs_for(cfg))))
+    n_worlds = len(worlds(cfg))
+    ablation_videos = 11 * max(cfg.n_videos // 4, 2) if cfg.ablation else 0
+    phases = [dict(phase="worker start", workers=par, units=START_UNITS * par if par > 1 else 0.0),
+              dict(phase="Part A, noise statistics", draws=2 * cfg.n_noise, shapes=f"{cfg.shape_even}, {cfg.shape_odd}",
+                   units=2 * cfg.n_noise * NOISE_UNITS * voxels / par),
+              dict(phase="Part B, exact Gaussian prior", worlds=n_worlds, k0=cfg.b_k0s, schedules=cfg.b_schedules,
+                   videos_per_method_and_world=cfg.n_videos, denoiser_calls_per_video=calls,
+                   ablation_runs=11 if cfg.ablation else 0,
+                   units=(n_worlds * cfg.n_videos + ablation_videos) * calls * FFT_UNITS * voxels / par)]
     video = (3 if cfg.c_rgb else 1, cfg.c_frames, cfg.c_size, cfg.c_size)
     gf = forward_gflop(cfg)
     for k in range(cfg.c_seeds):
+        train, sample = 3 * gf * cfg.c_steps * cfg.c_batch, gf * cfg.c_videos * evals
         phases.append(dict(phase=f"Part C, seed {1000 * cfg.seed + k}", model=cfg.c_arch, width=cfg.c_width, video=video,
                            conditional=conditional, train_steps=cfg.c_steps, batch=cfg.c_batch, training_videos=cfg.c_train,
                            samples_per_method=cfg.c_videos, model_evaluations=cfg.c_videos * evals,
-                           gflop_per_video_evaluation=round(gf, 2),
-                           training_pflop=round(3 * gf * cfg.c_steps * cfg.c_batch / 1e6, 2),   # backward ~ 2x forward
-                           sampling_pflop=round(gf * cfg.c_videos * evals / 1e6, 2)))
+                           gflop_per_video_evaluation=round(gf, 4), training_pflop=round(train / 1e6, 4),
+                           sampling_pflop=round(sample / 1e6, 4), units=(train + sample) / par))
     return phases

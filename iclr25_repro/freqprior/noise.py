@@ -11,9 +11,9 @@ from dataclasses import dataclass
 import torch
 
 # %% auto #0
-__all__ = ['check_shape', 'butterworth_filter', 'gaussian_filter', 'make_filter', 'is_symmetric', 'freeinit_mix',
-           'freqprior_refine', 'pyoco_mixed', 'pyoco_progressive', 'animatediff_ddim_scheduler', 'SampleResult',
-           'VideoDiffusionSampler', 'FreqPriorMixin']
+__all__ = ['check_shape', 'butterworth_filter', 'gaussian_filter', 'make_filter', 'is_symmetric', 'filter_operator',
+           'freeinit_mix', 'freqprior_refine', 'pyoco_mixed', 'pyoco_progressive', 'animatediff_ddim_scheduler',
+           'SampleResult', 'VideoDiffusionSampler', 'FreqPriorMixin']
 
 # %% ../../nbs/freqprior/02_implementation.ipynb #5081c9c4
 def check_shape(shape) -> tuple[int, int, int]:
@@ -57,6 +57,19 @@ def is_symmetric(L: torch.Tensor) -> bool:
     flipped = torch.roll(torch.flip(L, dims=(-3, -2, -1)), shifts=(1, 1, 1), dims=(-3, -2, -1))
     return bool(torch.allclose(L, flipped, atol=1e-12))
 
+# %% ../../nbs/freqprior/02_implementation.ipynb #fp0p3r01
+def filter_operator(L: torch.Tensor) -> torch.Tensor:
+    """The N x N complex matrix M = F^-1 diag(L) F (unitary F) acting on flattened (T, H, W) tensors, N = T H W: real
+    and symmetric when L(k) = L(-k), Hermitian with an antisymmetric imaginary part otherwise. For small shapes."""
+    if L.ndim != 3:
+        raise ValueError(f"L must be a (T, H, W) filter, got shape {tuple(L.shape)}")
+    N = L.numel()
+    if N > 4096:
+        raise ValueError(f"filter_operator builds an N x N matrix: N = {N} is too large (at most 4096)")
+    basis = torch.eye(N, dtype=torch.float64, device=L.device).reshape(N, *L.shape)
+    out = torch.fft.ifftn(L.double() * torch.fft.fftn(basis, dim=(-3, -2, -1)), dim=(-3, -2, -1))
+    return out.reshape(N, N).T                      # column j = the image of basis vector j
+
 # %% ../../nbs/freqprior/02_implementation.ipynb #0fd6da1b
 def _fft(x):
     return torch.fft.fftn(x, dim=(-3, -2, -1))
@@ -71,10 +84,17 @@ def _check_noise(z: torch.Tensor, L: torch.Tensor, name: str = "z"):
         raise ValueError(f"the filter's values must lie in [0, 1] (a gain per frequency), got [{float(L.min()):.3g}, "
                          f"{float(L.max()):.3g}]")
 
-def _randn_like(z: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
-    "Standard normal noise shaped like z, drawn on the generator's device and moved to z's (so CPU generators work on CUDA)."
-    dev = generator.device if generator is not None else z.device
-    return torch.randn(z.shape, generator=generator, dtype=z.dtype, device=dev).to(z.device)
+def _randn_like(z: torch.Tensor, generator) -> torch.Tensor:
+    """Standard normal noise shaped like z, drawn by diffusers' `randn_tensor`: `generator` is None, one
+    `torch.Generator`, or a list of them, one per item of z's first (batch) dimension, as diffusers pipelines take;
+    CPU generators draw on the CPU and the noise moves to z's device."""
+    from diffusers.utils.torch_utils import randn_tensor
+    if isinstance(generator, (list, tuple)):
+        if z.ndim < 4 or len(generator) != z.shape[0]:
+            raise ValueError(f"a list of generators needs one generator per item of the batch dimension (z has shape "
+                             f"{tuple(z.shape)}), got {len(generator)}")
+        generator = list(generator)
+    return randn_tensor(tuple(z.shape), generator=generator, device=z.device, dtype=z.dtype)
 
 def freeinit_mix(z: torch.Tensor, eta: torch.Tensor, L: torch.Tensor) -> torch.Tensor:
     "FreeInit: the low frequencies of z and the high frequencies of eta (real part)."
@@ -84,9 +104,10 @@ def freeinit_mix(z: torch.Tensor, eta: torch.Tensor, L: torch.Tensor) -> torch.T
     L = L.to(z.device)
     return _ifft(L * _fft(z) + (1 - L) * _fft(eta)).real.to(z.dtype)
 
-def freqprior_refine(z: torch.Tensor, L: torch.Tensor, r: float = 0.8, generator: torch.Generator | None = None,
+def freqprior_refine(z: torch.Tensor, L: torch.Tensor, r: float = 0.8, generator=None,
                      fresh: tuple | None = None) -> torch.Tensor:
-    "FreqPrior's refined noise from z (..., T, H, W); `fresh` = (eta1, eta2, y1, y2) overrides the random draws."
+    """FreqPrior's refined noise from z (..., T, H, W); `generator`: None, a `torch.Generator` or a list of them (one
+    per batch item); `fresh` = (eta1, eta2, y1, y2) overrides the random draws."""
     _check_noise(z, L)
     if not 0 <= r <= 1:
         raise ValueError(f"r must be in [0, 1], got {r}")
