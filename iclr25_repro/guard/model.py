@@ -15,10 +15,11 @@ import numpy as np
 import torch
 
 # %% auto #0
-__all__ = ['all_sequences', 'contains', 'first_position', 'TabularLM', 'check_sequences', 'toy_base', 'TokenBoost',
-           'CausalLMProposal', 'tiny_gpt2', 'BudgetExhausted', 'GuardStats', 'guard_sample', 'exact_report',
-           'twisted_proposal', 'prompt_analogue', 'logit_boost', 'sft', 'DPGLog', 'dpg_loss', 'dpg', 'restricted_fit',
-           'estimate_report', 'chat_context', 'keyword_ids', 'contains_any', 'TextProposal', 'lora_proposal']
+__all__ = ['DPG_BASELINES', 'all_sequences', 'contains', 'first_position', 'TabularLM', 'check_sequences', 'toy_base',
+           'TokenBoost', 'CausalLMProposal', 'tiny_gpt2', 'BudgetExhausted', 'GuardStats', 'guard_sample',
+           'exact_report', 'twisted_proposal', 'prompt_analogue', 'logit_boost', 'sft', 'DPGLog', 'dpg_loss', 'dpg',
+           'restricted_fit', 'estimate_report', 'chat_context', 'keyword_ids', 'contains_any', 'TextProposal',
+           'lora_proposal']
 
 # %% ../../nbs/guard/02_implementation.ipynb #b34a0482
 def all_sequences(V: int, T: int) -> torch.Tensor:
@@ -352,13 +353,19 @@ def dpg_loss(log_pi: torch.Tensor, log_q: torch.Tensor, w: torch.Tensor, z_hat: 
     terms = (w / z_hat - ratio * baseline) * log_pi
     return -(terms.mean() if sample_weight is None else (sample_weight * terms).sum())
 
-def dpg(model, base, constraint, budget: int, batch_size: int = 500, lr: float = 0.05, baseline_window: int = 1024,
-        check_every: int = 5, generator: torch.Generator | None = None):
+DPG_BASELINES = ("constant", "moving")
+
+def dpg(model, base, constraint, budget: int, batch_size: int = 500, lr: float = 0.05, baseline: str = "constant",
+        baseline_window: int = 1024, check_every: int = 5, generator: torch.Generator | None = None):
     """Offline DPG towards g = base * constraint / Z with `budget` proposal samples; returns (policy, DPGLog).
+    `baseline`: "constant" subtracts B = 1 from the pseudo-reward R = g / pi (disco's `KLLoss`: advantage g/q - pi/q,
+    since E_pi[R] = 1), "moving" the mean of the last `baseline_window` rewards (disco's `FDivergenceLoss`).
     Every `check_every` steps the proposal q is replaced by pi if pi's estimated KL(g || .) is lower, judged on the
     fresh batch before pi trains on it (a batch pi has just trained on would favour pi)."""
     if budget < batch_size:
         raise ValueError(f"budget ({budget}) must be at least one batch ({batch_size})")
+    if baseline not in DPG_BASELINES:
+        raise ValueError(f"baseline must be one of {DPG_BASELINES}, got {baseline!r}")
     pi = _trainable_copy(model)
     q = copy.deepcopy(pi).requires_grad_(False)
     opt = torch.optim.Adam(pi.parameters(), lr=lr)
@@ -383,8 +390,8 @@ def dpg(model, base, constraint, budget: int, batch_size: int = 500, lr: float =
                 swap = False
         judged = copy.deepcopy(pi).requires_grad_(False) if swap else None   # the pi that was judged, before it trains
         log_pi = pi.log_prob(Y)
-        baseline = float(np.mean(rewards)) if rewards else 0.0
-        loss = dpg_loss(log_pi, log_q, w, z_hat, baseline)
+        B = 1.0 if baseline == "constant" else (float(np.mean(rewards)) if rewards else 0.0)
+        loss = dpg_loss(log_pi, log_q, w, z_hat, B)
         opt.zero_grad(); loss.backward(); opt.step()
         rewards.extend((w / z_hat / torch.exp(log_pi.detach() - log_q).clamp_min(1e-300)).tolist())
         if swap:      # this batch was drawn from the old q, whose log_q the loss above used; later batches come from
@@ -504,12 +511,22 @@ class TextProposal(torch.nn.Module):
         "n continuations by ancestral sampling with the key-value cache; `generator` (on the CPU) makes it reproducible."
         batch_size = batch_size or self.batch_size
         outs = []
+        # the shared context runs once; each batch repeats its key-value cache (where the cache can be repeated)
+        ctx = self.model(input_ids=self.context.to(self.device)[None], use_cache=True)
+        ctx_past = ctx["cache"] if "cache" in ctx else ctx["past_key_values"]
+        shared = hasattr(ctx_past, "batch_repeat_interleave")
         for i in range(0, n, batch_size):
             m = min(batch_size, n - i)
             ids = self.context.to(self.device).expand(m, -1).clone()
-            out = self.model(input_ids=ids, use_cache=True)
+            if shared:
+                past = copy.deepcopy(ctx_past)
+                past.batch_repeat_interleave(m)
+                out = {"logits": ctx.logits.expand(m, -1, -1), self._cache_kw: past}
+            else:
+                out = self.model(input_ids=ids, use_cache=True)
             for t in range(self.T):
-                p = self._scores(ids, out.logits[:, -1]).exp().cpu()
+                logits = out["logits"] if isinstance(out, dict) else out.logits
+                p = self._scores(ids, logits[:, -1]).exp().cpu()
                 nxt = torch.multinomial(p, 1, generator=generator).to(self.device)
                 ids = torch.cat([ids, nxt], dim=1)
                 if t < self.T - 1:        # the last token needs no forward pass
