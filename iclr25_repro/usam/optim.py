@@ -13,8 +13,9 @@ import numpy as np
 import torch
 
 # %% auto #0
-__all__ = ['lambda_schedule', 'perturbation_scale', 'UnifiedSAM', 'least_squares', 'ls_problem', 'ls_loss', 'er_constants',
-           'theory_step_sizes', 'decreasing_steps', 'unified_sam_ls', 'unified_sam_ls_runs', 'convergence_fit']
+__all__ = ['lambda_schedule', 'perturbation_scale', 'UnifiedSAM', 'running_stats_frozen', 'sharpness', 'least_squares',
+           'ls_problem', 'ls_loss', 'er_constants', 'theory_step_sizes', 'decreasing_steps', 'descent_bound',
+           'unified_sam_ls', 'unified_sam_ls_runs', 'convergence_fit']
 
 # %% ../../nbs/usam/02_implementation.ipynb #1c9cf3b7
 def lambda_schedule(lam) -> Callable[[int], float]:
@@ -50,7 +51,7 @@ class UnifiedSAM(torch.optim.Optimizer):
     def __init__(self, params, base_optimizer: type[torch.optim.Optimizer] = torch.optim.SGD,
                  rho: float = 0.05,         # radius of the ascent step
                  lam=1.0,                   # number in [0, 1], '1/t', '1-1/t' or callable t -> [0, 1]
-                 eps: float = 1e-12,        # added to the gradient norm
+                 eps: float = 1e-12,        # added to the gradient norm (the official optimizer: 1e-7)
                  **base_kwargs):            # passed to base_optimizer (lr, momentum, weight_decay, ...)
         _check_rho(rho)
         if not (isinstance(base_optimizer, type) and issubclass(base_optimizer, torch.optim.Optimizer)):
@@ -61,8 +62,13 @@ class UnifiedSAM(torch.optim.Optimizer):
         for group in self.param_groups:   # a group may set its own rho
             _check_rho(group["rho"], "rho of a parameter group")
         self.base_optimizer = base_optimizer(self.param_groups, **base_kwargs)
-        self.param_groups = self.base_optimizer.param_groups
+        self._share()
         self.defaults.update(self.base_optimizer.defaults)
+        self._backup: dict = {}           # the unperturbed weights between the two passes
+
+    def _share(self) -> None:
+        # one set of groups and one state (momentum buffers), so torch's state_dict layout is the base optimizer's
+        self.param_groups, self.state = self.base_optimizer.param_groups, self.base_optimizer.state
 
     def _params(self):
         return [p for g in self.param_groups for p in g["params"] if p.grad is not None]
@@ -76,9 +82,11 @@ class UnifiedSAM(torch.optim.Optimizer):
         return torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(p.grad) for p in params]))
 
     @torch.no_grad()
-    def ascent(self) -> float:
-        "Move every parameter by rho * (1 - lam_t + lam_t/||g||) * g, remembering where it was; return lam_t."
+    def first_step(self, zero_grad: bool = False) -> float:
+        "The ascent: move every parameter by rho * (1 - lam_t + lam_t/||g||) * g, remembering where it was; return lam_t."
         self.steps += 1
+        for group in self.param_groups:
+            group["lam_step"] = self.steps   # saved by state_dict, so that a resumed run continues the schedule
         lam = self._lam(self.steps)
         norm = float(self.grad_norm())
         for group in self.param_groups:
@@ -86,19 +94,25 @@ class UnifiedSAM(torch.optim.Optimizer):
             for p in group["params"]:
                 if p.grad is None:
                     continue
-                self.state[p]["x"] = p.detach().clone()  # restored exactly, not by subtracting the move
+                self._backup[p] = p.detach().clone()  # restored exactly, not by subtracting the move
                 p.add_(p.grad * scale)
+        if zero_grad:
+            self.zero_grad()
         return lam
 
     @torch.no_grad()
-    def descent(self) -> None:
-        "Return to the unperturbed point and let the base optimizer step with the current (perturbed-point) gradients."
+    def second_step(self, zero_grad: bool = False) -> None:
+        "The descent: return to the unperturbed point and let the base optimizer step with the perturbed-point gradients."
         for group in self.param_groups:
             for p in group["params"]:
-                x = self.state[p].pop("x", None)
+                x = self._backup.pop(p, None)
                 if x is not None:
                     p.copy_(x)
         self.base_optimizer.step()
+        if zero_grad:
+            self.zero_grad()
+
+    ascent, descent = first_step, second_step   # the names this chapter used first
 
     def step(self, closure=None):
         "One Unified SAM step; `closure` computes the loss, calls backward and returns the loss (gradients are zeroed here before each pass)."
@@ -107,36 +121,85 @@ class UnifiedSAM(torch.optim.Optimizer):
         self.zero_grad()
         with torch.enable_grad():
             loss = closure()
-        self.ascent()
-        self.zero_grad()  # the second pass must not add to the first pass's gradients
+        self.first_step(zero_grad=True)  # the second pass must not add to the first pass's gradients
         with torch.enable_grad():
             closure()
-        self.descent()
+        self.second_step()
         return loss
 
-    def state_dict(self) -> dict:
-        "The base optimizer's state (momentum buffers included) and the step counter of the lambda schedule."
-        return {"base": self.base_optimizer.state_dict(), "steps": self.steps}
-
     def load_state_dict(self, state_dict: dict) -> None:
-        "Restore what `state_dict` saved; the param groups stay shared with the base optimizer."
-        self.base_optimizer.load_state_dict(state_dict["base"])
-        self.param_groups = self.base_optimizer.param_groups
-        self.steps = int(state_dict["steps"])
+        "Restore a `state_dict()` (torch's layout: 'state' and 'param_groups'); the groups stay shared with the base optimizer."
+        self.base_optimizer.load_state_dict(state_dict)
+        self._share()
+        self.steps = int(self.param_groups[0].get("lam_step", 0))
+
+# %% ../../nbs/usam/02_implementation.ipynb #a1b2c3d5
+class running_stats_frozen:
+    "Context manager: BatchNorm layers of `model` keep their running statistics (momentum 0) inside the block, e.g. the second SAM pass."
+    def __init__(self, model: torch.nn.Module):
+        self.layers = [m for m in model.modules() if isinstance(m, torch.nn.modules.batchnorm._BatchNorm)]
+
+    def __enter__(self):
+        self.saved = [(m.momentum, None if m.num_batches_tracked is None else m.num_batches_tracked.clone())
+                      for m in self.layers]
+        for m in self.layers:
+            m.momentum = 0.0           # running = (1 - 0) * running + 0 * batch: unchanged
+        return self
+
+    def __exit__(self, *exc):
+        for m, (momentum, tracked) in zip(self.layers, self.saved):
+            m.momentum = momentum
+            if tracked is not None:
+                m.num_batches_tracked.copy_(tracked)
+        return False
+
+def sharpness(model: torch.nn.Module, loss_fn: Callable, X: torch.Tensor, y: torch.Tensor,
+              radius: float = 0.1,      # L2 radius of the ball around the weights (one global norm)
+              steps: int = 5) -> float:  # projected gradient-ascent steps
+    "Loss increase after `steps` of normalised gradient ascent on the weights within an L2 ball: a sharpness proxy (weights restored)."
+    if not radius > 0 or steps < 1:
+        raise ValueError(f"radius must be > 0 and steps >= 1, got {radius!r}, {steps!r}")
+    params = [p for p in model.parameters() if p.requires_grad]
+    saved = [p.detach().clone() for p in params]
+    was_training = model.training
+    model.eval()                        # BatchNorm in evaluation mode: the statistics are not touched
+    try:
+        with torch.no_grad():
+            base = float(loss_fn(model(X), y))
+        for _ in range(steps):
+            grads = torch.autograd.grad(loss_fn(model(X), y), params)
+            norm = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads])) + 1e-12
+            with torch.no_grad():
+                for p, g in zip(params, grads):
+                    p.add_(g * (radius / steps) / norm)
+                delta = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(p - s)
+                                                              for p, s in zip(params, saved)]))
+                if delta > radius:          # project back onto the ball
+                    for p, s in zip(params, saved):
+                        p.copy_(s + (p - s) * (radius / delta))
+        with torch.no_grad():
+            return float(loss_fn(model(X), y)) - base
+    finally:
+        with torch.no_grad():
+            for p, s in zip(params, saved):
+                p.copy_(s)
+        model.train(was_training)
 
 # %% ../../nbs/usam/02_implementation.ipynb #b6801692
 def least_squares(n: int, d: int, cond: float = 10.0, consistent: bool = True, row_spread: float = 1.0,
                   rng: np.random.Generator | int | None = 0) -> dict:
-    "A least-squares problem with condition number `cond` of A^T A and row norms spread by exp(row_spread * N(0,1))."
+    "A least-squares problem whose A^T A has condition number exactly `cond`, with row norms spread by exp(row_spread * N(0,1))."
     from scipy.stats import ortho_group
     if n < d:
         raise ValueError(f"need n >= d for a PL (full-rank) problem, got n={n}, d={d}")
+    if not cond >= 1:
+        raise ValueError(f"cond must be >= 1, got {cond!r}")
     rng = np.random.default_rng(rng)
-    U = ortho_group.rvs(n, random_state=rng) if n > 1 else np.ones((1, 1))
+    G = rng.standard_normal((n, d)) * np.exp(row_spread * rng.standard_normal(n))[:, None]   # uneven rows: L_i differ
+    P = np.linalg.svd(G, full_matrices=False)[0]                     # (n, d) orthonormal columns; rows keep G's spread
     V = ortho_group.rvs(d, random_state=rng) if d > 1 else np.ones((1, 1))
-    s = np.sqrt(np.geomspace(cond, 1.0, d))                          # singular values: cond of A^T A = cond
-    A = U[:, :d] * s @ V.T
-    A = A * np.exp(row_spread * rng.standard_normal(n))[:, None]       # uneven rows: L_i differ
+    s = np.sqrt(np.geomspace(cond, 1.0, d))                          # singular values imposed after the row scaling
+    A = P * s @ V.T                                                  # A^T A = V diag(s^2) V^T: cond exactly `cond`
     x_true = rng.standard_normal(d)
     b = A @ x_true + (0.0 if consistent else 0.5 * rng.standard_normal(n))
     return ls_problem(A, b)
@@ -183,6 +246,16 @@ def theory_step_sizes(mu: float, L: float, A: float, B: float, lam: float) -> tu
 def decreasing_steps(k: int, rho: float, gamma: float, mu: float) -> tuple[float, float]:
     "(rho_k, gamma_k) of the decreasing-step variant at iteration k = 0, 1, ..."
     return min(rho, 1 / (2 * k + 1)), min(gamma, (2 * k + 1) / ((k + 1) ** 2 * mu))
+def descent_bound(mu: float, L: float, L_max: float, A: float, B: float, rho: float, gamma: float, lam: float,
+                  C: float = 0.0) -> dict:
+    """The one-step bound of the derivation (Eq. (5)): E[f(x+)] - f* <= q (f(x) - f*) + step_band, with q = 1 - 2 gamma
+    (mu c - A a); `band` = step_band / (1 - q) is where it levels off (inf when q >= 1). Full batches: L_max = L, A = 0, B = 1."""
+    a = L_max * rho * (1 - lam) / 2 + L * gamma * (1 + 2 * L_max ** 2 * rho ** 2 * (1 - lam) ** 2)
+    c = 0.75 - L_max * rho * (1 - lam) / 2 - a * B
+    q = 1 - 2 * gamma * (mu * c - A * a)
+    step_band = gamma * (L_max ** 2 * rho ** 2 * lam ** 2 * (1 + 2 * L * gamma) + a * C)
+    return dict(a=a, c=c, q=q, step_band=step_band, valid=bool(c >= 0 and q < 1),
+                band=step_band / (1 - q) if q < 1 else float("inf"))
 
 # %% ../../nbs/usam/02_implementation.ipynb #506c974b
 def unified_sam_ls(prob: dict, lam: float, gamma: float, rho: float, epochs: int, batch: str = "full",
