@@ -19,26 +19,23 @@ import numpy as np
 import torch
 from scipy.stats import qmc
 from sklearn.base import BaseEstimator
+from sklearn.utils import check_array
 
 # %% auto #0
-__all__ = ['SACHS_FILES', 'check_data', 'check_adjacency', 'space_dim', 'vec2dag', 'is_dag', 'dag2vec', 'median_width',
-           'BICScorer', 'NodeSurrogates', 'TrustRegion', 'trust_region_candidates', 'global_candidates', 'prune_linear',
-           'dag_metrics', 'RandomDAGSearch', 'DrBO', 'random_dag', 'simulate_linear_sem', 'simulate_gp_sem',
-           'load_sachs', 'ges_graph', 'dagma_graph']
+__all__ = ['SACHS_FILES', 'check_data', 'check_adjacency', 'space_dim', 'vec2dag', 'is_dag', 'dag2vec', 'independence_number',
+           'within_rank_bound', 'median_width', 'BICScorer', 'NodeSurrogates', 'TrustRegion', 'trust_region_candidates',
+           'global_candidates', 'prune_linear', 'prune_cit', 'dag_metrics', 'RandomDAGSearch', 'DrBO', 'random_dag',
+           'simulate_linear_sem', 'simulate_gp_sem', 'load_sachs', 'ges_graph', 'dagma_graph']
 
 # %% ../../nbs/drbo/02_implementation.ipynb #cd409e54
 def check_data(X, name: str = "X") -> np.ndarray:
     "X as a float64 array of shape (n, d) with n > d >= 2 and only finite values, or a ValueError saying what is wrong."
-    X = np.asarray(X, dtype=np.float64)
-    if X.ndim != 2:
-        raise ValueError(f"{name} must be a 2-D array (n_samples, n_nodes), got shape {X.shape}")
-    n, d = X.shape
-    if d < 2:
-        raise ValueError(f"{name} must have at least 2 columns (nodes), got {d}")
+    if np.iscomplexobj(X):                      # scikit-learn's wording, which its estimator checks look for
+        raise ValueError(f"Complex data not supported: {name} must be real")
+    X = check_array(X, dtype=np.float64, ensure_min_features=2, ensure_min_samples=2, input_name=name)
+    n, d = X.shape                              # check_array rejected sparse, 1-d, NaN/inf, < 2 columns or rows
     if n <= d:
         raise ValueError(f"{name} has {n} samples for {d} variables; need more samples than variables")
-    if not np.isfinite(X).all():
-        raise ValueError(f"{name} contains {int((~np.isfinite(X)).sum())} non-finite values (NaN or inf)")
     const = np.flatnonzero(X.std(axis=0) == 0)
     if len(const):
         raise ValueError(f"{name} has constant columns {const.tolist()}; a constant variable has no causal score")
@@ -93,6 +90,27 @@ def dag2vec(A) -> np.ndarray:
     np.fill_diagonal(M, 0.0)
     L = np.linalg.cholesky(np.eye(d) + M / (2 * (d - 1)))          # Gram L L^T = I + eps M, eps = 1/(2(d-1))
     return np.concatenate([p, (L / np.abs(L).max()).ravel()])
+
+def independence_number(A) -> int:
+    "The size of the largest set of pairwise non-adjacent nodes of A's skeleton (a maximum clique of its complement)."
+    A = check_adjacency(A)
+    if A.ndim != 2:
+        raise ValueError(f"A must be one (d, d) adjacency, got shape {A.shape}")
+    d = A.shape[0]
+    free = ~(A | A.T)                                          # pairs without an edge in either direction
+    np.fill_diagonal(free, False)
+    G = nx.Graph()
+    G.add_nodes_from(range(d))
+    G.add_edges_from(zip(*np.nonzero(np.triu(free, 1))))
+    return len(nx.max_weight_clique(G, weight=None)[0])
+
+def within_rank_bound(A, rank: int) -> bool:
+    "Can rank-`rank` vectors in general position encode A? False when A has more than rank + 1 pairwise"
+    " non-adjacent nodes (derivation, §2); True is necessary but not sufficient below rank d, and exact at rank >= d."
+    A = check_adjacency(A)
+    if rank < 1:
+        raise ValueError(f"rank must be >= 1, got {rank}")
+    return bool(rank >= A.shape[-1] or independence_number(A) <= rank + 1)
 
 # %% ../../nbs/drbo/02_implementation.ipynb #356a2214
 def median_width(X) -> float:
@@ -283,6 +301,22 @@ def prune_linear(X, A, threshold: float = 0.3) -> np.ndarray:
         if len(pa):
             w = np.linalg.lstsq(X[:, pa], X[:, j], rcond=None)[0]
             out[pa[np.abs(w) > threshold], j] = True
+    return out
+
+def prune_cit(X, A, alpha: float = 0.001, method: str = "kci") -> np.ndarray:
+    "Drop parent i of j where causal-learn's CI test (KCI) cannot reject X_j independent of X_i given j's other parents."
+    from causallearn.utils.cit import CIT
+    X = check_data(X)
+    A = check_adjacency(A, X.shape[1])
+    if not 0 < alpha < 1:
+        raise ValueError(f"alpha must be in (0, 1), got {alpha!r}")
+    test = CIT(X, method)
+    out = A.copy()
+    for j in range(A.shape[1]):
+        pa = np.flatnonzero(A[:, j])
+        for i in pa:                         # each test conditions on the other parents found by the search
+            if test(int(j), int(i), [int(k) for k in pa if k != i]) >= alpha:
+                out[i, j] = False            # p >= alpha: no evidence of dependence, as the official prune_cit
     return out
 
 def dag_metrics(est, true) -> dict:
