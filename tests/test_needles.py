@@ -1,6 +1,8 @@
 "Tests of iclr25_repro.needles: the generators, the parser, the tokenizer and labels, the loss, the readers, bad input."
+import functools
 import importlib.util
 import json
+import math
 from pathlib import Path
 
 import numpy as np
@@ -14,6 +16,8 @@ from iclr25_repro.needles.model import (TASKS, AnswerDataset, add_lora, altered_
                                         length_control_example, length_matched_control, make_world, mdqa_example, mdqa_set, oracle_reader,
                                         NoMLP, pair_list_example, parse_dicts, parse_kv_answer, perplexity, random_numbers, reader_correct,
                                         accuracy_by_position, tiny_llama, token_count, word_tokenizer)
+
+CLAIM_IDS = {"C1", "C2", "C3", "C1-gentle", "C2-gentle", "C3-gentle", "K1", "K2", "K3"}
 
 
 @pytest.fixture(scope="module")
@@ -280,10 +284,22 @@ def _rows(seeds, syn_mid, ctl_mid, base_mid, syn_cb, inj_cb, nt_all, base_cb=1.0
         vals = {"base": (base_mid[i], base_cb, base_mid[i]), "synthetic": (syn_mid[i], syn_cb[i], syn_mid[i]),
                 "synthetic-no-template": (0.3, base_cb, nt_all[i]), "length-control": (ctl_mid[i], base_cb, ctl_mid[i]),
                 "knowledge-injecting": (0.3, inj_cb[i], 0.3), "mdqa": (0.6, base_cb, 0.6)}
+        vals.update({f"{a}-gentle": vals[a] for a in ("synthetic", "synthetic-no-template", "length-control",
+                                                       "knowledge-injecting")})       # the gentle arms: the same
         for arm, (mid, cb, acc_all) in vals.items():
-            rows.append(dict(seed=s, arm=arm, acc_p1=0.9, acc_p5=mid, acc_p10=mid, acc_p15=mid, acc_p20=0.9, acc_mid=mid,
-                             acc_all=acc_all, closed_book=cb, ppl=5.0, short_acc=0.9, n_tokens=1000, budget_ok=True))
+            regime = "none" if arm == "base" else "gentle" if arm.endswith("-gentle") else "full"
+            rows.append(dict(seed=s, arm=arm, regime=regime, acc_p1=0.9, acc_p5=mid, acc_p10=mid, acc_p15=mid,
+                             acc_p20=0.9, acc_mid=mid, acc_all=acc_all, closed_book=cb, ppl=5.0, short_acc=0.9,
+                             n_tokens=1000, budget_ok=True))
         rows.append(dict(seed=s, arm="readers", oracle_acc=1.0, first_doc_p1=1.0, first_doc_rest=0.02))
+    return rows
+
+
+def _set(rows, arm, metric, values):
+    "The rows with `metric` of `arm` set to `values`, one per seed in the rows' order."
+    mine = [r for r in rows if r["arm"] == arm]
+    for r, x in zip(mine, values, strict=True):
+        r[metric] = x
     return rows
 
 
@@ -312,21 +328,67 @@ def test_claim_rules_give_each_verdict():
         assert {V(rows, g, sd)[c] for c in ("C1", "C2", "C3")} == {"not_run"}
     high = [0.95] * 5                                     # a base with no room at the middle positions: C1 not run
     assert V(_rows(seeds, [1.0] * 5, high, high, cb1, inj, up(0.0)))["C1"] == "not_run"
+    # the gentle claims: the same rules on the gentle arms, whatever the full arms show
+    assert all(v[c + "-gentle"] == "reproduced" for c in ("C1", "C2", "C3"))
+    bad = _rows(seeds, up(0.0), base, base, drop, cb1, up(0.0))               # the full arms fail every claim
+    for arm, metric, vals in [("synthetic-gentle", "acc_mid", up(0.10)), ("synthetic-gentle", "closed_book", cb1),
+                              ("synthetic-gentle", "acc_all", up(0.10)), ("knowledge-injecting-gentle", "closed_book", inj),
+                              ("synthetic-no-template-gentle", "acc_all", base)]:
+        _set(bad, arm, metric, vals)
+    vb = V(bad)
+    assert (vb["C1"], vb["C2"], vb["C3"]) == ("not_reproduced",) * 3
+    assert (vb["C1-gentle"], vb["C2-gentle"], vb["C3-gentle"]) == ("reproduced",) * 3
+    g = lambda **sets: V(functools.reduce(lambda rows, kv: _set(rows, *kv[0].split("|"), kv[1]), sets.items(),
+                                          _rows(seeds, up(0.10), base, base, cb1, inj, up(-0.10))))
+    assert g(**{"synthetic-gentle|acc_mid": up(0.02)})["C1-gentle"] == "partial"
+    assert g(**{"synthetic-gentle|acc_mid": up(0.04, 0.05)})["C1-gentle"] == "inconclusive"
+    assert g(**{"synthetic-gentle|acc_mid": base})["C1-gentle"] == "not_reproduced"
+    assert g(**{"knowledge-injecting-gentle|closed_book": cb1[::-1]})["C2-gentle"] == "not_reproduced"
+    assert g(**{"synthetic-gentle|acc_all": up(-0.10)})["C3-gentle"] == "not_reproduced"
+    # the preservation gate: a gentle synthetic finetune that loses 0.06 of closed-book recall, or of short-range
+    # accuracy, leaves C1-gentle and C3-gentle not run; C2-gentle, which tests that loss, is decided (not reproduced)
+    for metric, vals in [("closed_book", [0.94] * 5), ("short_acc", [0.84] * 5)]:
+        vg = g(**{f"synthetic-gentle|{metric}": vals})
+        assert vg["C1-gentle"] == vg["C3-gentle"] == "not_run"
+        assert vg["C2-gentle"] == ("not_reproduced" if metric == "closed_book" else "reproduced")
+        assert vg["C1"] == vg["C3"] == "reproduced"                          # the full-finetune claims: no such gate
+    vg = g(**{"synthetic-gentle|closed_book": [0.96] * 5, "synthetic-gentle|short_acc": [0.86] * 5})   # within 0.05
+    assert vg["C1-gentle"] == vg["C3-gentle"] == "reproduced"
 
 
 def test_tiny_run_end_to_end():
     from iclr25_repro.needles import experiment as E
     out = E.run(E.Config.preset("tiny"))
     arms = {r["arm"] for r in out["rows"]}
-    assert arms == set(E.ARMS) | {"readers"}
+    assert arms == set(E.ARMS) | set(E.GENTLE_ARMS) | {"readers", "timing"}
     ids = {c["id"]: c for c in out["claims"]}
-    assert set(ids) == {"C1", "C2", "C3", "K1", "K2", "K3"}
+    assert set(ids) == CLAIM_IDS
     assert all(ids[k]["verdict"] == "passed" for k in ("K1", "K2", "K3"))
-    assert all(ids[k]["verdict"] == "not_run" for k in ("C1", "C2", "C3"))    # a base of 8 steps fails its gate
+    assert all(ids[k]["verdict"] == "not_run" for k in CLAIM_IDS if k[0] == "C")  # a base of 8 steps fails its gate
     assert out["curve"] and set(out["base_gate"]) == {"short_acc", "closed_book"}
+    cfg = E.Config.preset("tiny")                     # the gentle arms: the stated rate, and the steps of its epochs
+    for s in out["seeds"]:
+        n_syn = next(r["n_examples"] for r in out["rows"] if r.get("seed") == s and r["arm"] == "synthetic")
+        for r in [r for r in out["rows"] if r.get("seed") == s and r["arm"] in E.GENTLE_ARMS]:
+            assert r["lr"] == pytest.approx(cfg.gentle_lr_mult * cfg.base_lr) and r["lr"] < cfg.ft_lr
+            assert r["steps"] == E.gentle_steps(cfg, n_syn) == math.ceil(cfg.gentle_epochs * n_syn / cfg.ft_batch)
+            assert r["budget_ok"]
     again = E.run(E.Config.preset("tiny"))                                    # same seed, same numbers
-    strip = lambda rows: [{k: v for k, v in r.items()} for r in rows]
+    clock = ("fit_s", "eval_s", "base_s", "seeds_s", "smollm2_s")            # wall times differ between runs
+    strip = lambda rows: [{k: v for k, v in r.items() if k not in clock} for r in rows]
     assert strip(again["rows"]) == strip(out["rows"])
+
+
+def test_gentle_steps_and_settings():
+    from iclr25_repro.needles import experiment as E
+    cfg = E.Config.preset("laptop")
+    assert (cfg.gentle_lr_mult, cfg.gentle_epochs) == (0.1, 3.0)              # fixed before the arm's first run
+    assert E.gentle_steps(cfg, 488) == math.ceil(3 * 488 / 16) == 92
+    assert E.gentle_steps(cfg, 1) == 1
+    with pytest.raises(ValueError, match="n_synthetic"):
+        E.gentle_steps(cfg, 0)
+    assert E.PRESERVE == E.DELTAS["C2"][0]
+    assert all(E.DELTAS[c + "-gentle"] == E.DELTAS[c] for c in ("C1", "C2", "C3"))
 
 
 @pytest.mark.parametrize("scale", ["laptop", "full"])
@@ -341,8 +403,8 @@ def test_preset_smoke(scale, tmp_path):
             assert getattr(smoke, f.name) == getattr(cfg, f.name), f.name
     assert all(p["units"] > 0 for p in E.plan(cfg))
     doc = cli.run_experiment("needles", scale, "cpu", 0, root=tmp_path, smoke=True)
-    assert {c["id"] for c in doc["claims"]} == {"C1", "C2", "C3", "K1", "K2", "K3"}
-    assert {r["arm"] for r in doc["details"]} == set(E.ARMS) | {"readers"}
+    assert {c["id"] for c in doc["claims"]} == CLAIM_IDS
+    assert {r["arm"] for r in doc["details"]} == set(E.ARMS) | set(E.GENTLE_ARMS) | {"readers", "timing"}
     assert not (tmp_path / "book").exists()
 
 
@@ -354,3 +416,7 @@ def test_config_bad_inputs():
         E.Config.preset("tiny", n_seeds=1)
     with pytest.raises(ValueError, match="ft_docs"):
         E.Config.preset("tiny", ft_docs=30)
+    with pytest.raises(ValueError, match="gentle_lr_mult"):
+        E.Config.preset("tiny", gentle_lr_mult=0)
+    with pytest.raises(ValueError, match="gentle_epochs"):
+        E.Config.preset("tiny", gentle_epochs=0)

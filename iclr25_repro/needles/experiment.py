@@ -6,6 +6,8 @@
 from __future__ import annotations
 
 import copy
+import math
+import time
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -27,8 +29,9 @@ PAPER = {"title": "From Artificial Needles to Real Haystacks: Improving Retrieva
          "venue": "ICLR 2025", "arxiv": "2406.19292", "code": "https://github.com/edixiong/artificial-needles"}
 
 # %% auto #0
-__all__ = ['PAPER', 'ARMS', 'DOC_TOKENS', 'GPU_UNITS_PER_S', 'DELTAS', 'GATES', 'Config', 'build_tokenizer', 'short_range_set',
-           'train_base', 'finetune_sets', 'evaluate', 'job', 'smollm2_rows', 'run', 'plan', 'make_claims']
+__all__ = ['PAPER', 'ARMS', 'GENTLE', 'GENTLE_ARMS', 'DOC_TOKENS', 'GPU_UNITS_PER_S', 'DELTAS', 'PRESERVE', 'GATES', 'Config',
+           'build_tokenizer', 'short_range_set', 'train_base', 'finetune_sets', 'gentle_steps', 'evaluate', 'job',
+           'smollm2_rows', 'run', 'plan', 'make_claims', 'gentle_claims']
 
 # %% ../../nbs/needles/03_evaluation.ipynb #ea15bd32
 @dataclass
@@ -55,19 +58,26 @@ class Config(ScaledConfig):
     base_examples: int = 800          # lists per stage
     fact_repeats: int = 8             # copies of the closed-book questions and fact sentences per stage
     curve_every: int = 48
-    gate_questions: int = 100         # held-out questions at 3-4 documents for the competence gate
+    gate_questions: int = 50          # held-out questions at 3-4 documents for the competence gate
     # the finetunes, at equal token budgets
     ft_budget: int = 15_000           # tokens per finetune set
-    ft_steps: int = 12
+    ft_steps: int = 6
     ft_batch: int = 8
     ft_lr: float = 1e-3
     ft_docs: int = 20                 # documents in the in-domain and knowledge-injecting sets
     kv_dicts: int = 6                 # dictionaries per synthetic prompt (about the length of ft_docs documents)
+    # the gentle regime, a second finetune of every set but in-domain MDQA, fixed before its first run. The paper
+    # finetunes pretrained models lightly: GPT-3.5 Turbo for 3 epochs through OpenAI's finetuning API, whose rate is
+    # the pretraining rate times a multiplier (its documented defaults 0.05, 0.1 or 0.2 by batch size). So: the middle
+    # multiplier, 0.1 of the base's peak rate, for 3 epochs of the synthetic set (every gentle arm takes that many
+    # steps), against ft_lr = base_lr / 3 for ft_steps (about 5 epochs at laptop) in the existing arms
+    gentle_lr_mult: float = 0.1
+    gentle_epochs: float = 3.0
     # the evaluation
     eval_docs: int = 20
     positions: tuple = (1, 5, 10, 15, 20)
-    per_position: int = 12
-    ppl_texts: int = 100
+    per_position: int = 6
+    ppl_texts: int = 50
     # SmolLM2-135M-Instruct on the key-value task, before any finetune (0 skips it: ci, whose 60 s cannot hold its
     # load and prompts; tests/test_needles.py loads it and answers one prompt)
     smol_per_position: int = 0
@@ -86,6 +96,9 @@ class Config(ScaledConfig):
             raise ValueError(f"d_model={self.d_model} must be a multiple of heads={self.heads}")
         if not 1 <= self.base_min_docs <= self.base_max_docs:
             raise ValueError(f"need 1 <= base_min_docs <= base_max_docs, got {self.base_min_docs}, {self.base_max_docs}")
+        if not 0 < self.gentle_lr_mult <= 1 or self.gentle_epochs <= 0:
+            raise ValueError(f"need 0 < gentle_lr_mult <= 1 and gentle_epochs > 0, got {self.gentle_lr_mult}, "
+                             f"{self.gentle_epochs}")
         if self.ft_docs > self.n_facts:
             raise ValueError(f"the knowledge-injecting set needs ft_docs={self.ft_docs} <= n_facts={self.n_facts}")
 
@@ -93,8 +106,8 @@ class Config(ScaledConfig):
         "tiny": dict(n_facts=20, n_doc_entities=80, n_places=8, d_model=32, layers=1, heads=2, pairs_steps=4,
                      docs_steps=4, base_batch=8, base_max_docs=2, base_examples=40, fact_repeats=1, curve_every=4,
                      gate_questions=8, ft_budget=1500, ft_steps=2, ft_batch=4, ft_docs=5, kv_dicts=2, eval_docs=5,
-                     positions=(1, 3, 5), per_position=3, ppl_texts=5, smol_per_position=0, n_workers=1),
-        "ci": {},
+                     positions=(1, 3, 5), per_position=3, ppl_texts=5, smol_per_position=0, gentle_epochs=1, n_workers=1),
+        "ci": dict(gentle_epochs=1),     # ci runs the pipeline: one epoch keeps its 60 s
         # the pilots' recipe (attention-only d 64 x 2, batch 256, lr 3e-3): retrieval forms near step 1,000 of stage 0
         # and carries over to documents within a few hundred steps of stage 1
         "laptop": dict(n_seeds=5, first_seed=1000, n_places=64, pairs_steps=1200, docs_steps=400, base_batch=256,
@@ -112,11 +125,13 @@ class Config(ScaledConfig):
     SMOKE: ClassVar[dict] = {**{k: (lambda cap: lambda v: min(v, cap))(cap) for k, cap in dict(
         n_seeds=2, pairs_steps=10, docs_steps=10, base_batch=64, base_examples=400, fact_repeats=1, gate_questions=8,
         ft_budget=1500, ft_steps=2, ft_batch=2, per_position=1, ppl_texts=4, smol_per_position=0, n_workers=1,
-        n_facts=24, eval_docs=5, ft_docs=5, kv_dicts=2).items()},
+        n_facts=24, eval_docs=5, ft_docs=5, kv_dicts=2, gentle_epochs=1).items()},
         "positions": lambda v: tuple(sorted({min(p, 5) for p in v}))}
 
 # %% ../../nbs/needles/03_evaluation.ipynb #96a4d6c3
 ARMS = ("base", "synthetic", "synthetic-no-template", "length-control", "knowledge-injecting", "mdqa")
+GENTLE = ("synthetic", "synthetic-no-template", "length-control", "knowledge-injecting")   # the sets finetuned gently
+GENTLE_ARMS = tuple(f"{a}-gentle" for a in GENTLE)
 DOC_TOKENS = 10                      # "Document [100] : x y ." at most, with the word-level tokenizer
 
 
@@ -176,6 +191,13 @@ def finetune_sets(cfg, world, tok, seed: int) -> dict[str, list[dict]]:
             "mdqa": fill_budget(lambda r: mdqa_example(world, n, int(r.integers(1, n + 1)), r), B, tok, rng)}
 
 
+def gentle_steps(cfg, n_synthetic: int) -> int:
+    "Steps of every gentle finetune of a seed: cfg.gentle_epochs passes over its n_synthetic synthetic examples."
+    if n_synthetic < 1:
+        raise ValueError(f"n_synthetic must be positive, got {n_synthetic}")
+    return max(1, math.ceil(cfg.gentle_epochs * n_synthetic / cfg.ft_batch))
+
+
 def evaluate(model, tok, world, ev: list[dict], short: list[dict], texts: list[str]) -> dict:
     "Accuracy by gold position on the long questions, short-range accuracy, closed-book recall, perplexity."
     ok = answer_correct(model, AnswerDataset(ev, tok))
@@ -187,7 +209,7 @@ def evaluate(model, tok, world, ev: list[dict], short: list[dict], texts: list[s
 
 
 def job(seed: int, cfg_dict: dict, base_state: dict) -> list[dict]:
-    "One finetune seed: its sets, the five finetunes of the shared base, and every arm evaluated on the same questions."
+    "One finetune seed: its sets, the five finetunes of the shared base and the four gentle ones, every arm evaluated on the same questions."
     cfg = Config(**cfg_dict)
     dev = pick_device(cfg.device)
     rows = []
@@ -203,20 +225,28 @@ def job(seed: int, cfg_dict: dict, base_state: dict) -> list[dict]:
         texts = [length_control_example(world, int(n), rng)["answer"] for n in rng.integers(cfg.base_min_docs, cfg.base_max_docs + 1, cfg.ppl_texts)]
         sets = finetune_sets(cfg, world, tok, seed)
         syn_tokens = AnswerDataset(sets["synthetic"], tok).n_tokens
-        for arm in ARMS:
-            model, row = base, dict(seed=seed, arm=arm, n_tokens=0, n_examples=0, loss_end=None)
-            if arm != "base":
-                data = AnswerDataset(sets[arm], tok)
+        n_gentle = gentle_steps(cfg, len(sets["synthetic"]))
+        runs = [("base", None, "none", 0, 0.0)] + [(a, a, "full", cfg.ft_steps, cfg.ft_lr) for a in ARMS[1:]]
+        runs += [(f"{a}-gentle", a, "gentle", n_gentle, cfg.gentle_lr_mult * cfg.base_lr) for a in GENTLE]
+        for arm, data_arm, regime, steps, lr in runs:
+            model, row = base, dict(seed=seed, arm=arm, regime=regime, steps=steps, lr=lr, n_tokens=0, n_examples=0,
+                                    loss_end=None)
+            if data_arm is not None:
+                data = AnswerDataset(sets[data_arm], tok)
                 model = copy.deepcopy(base)
-                losses = fit(model, data, cfg.ft_steps, cfg.ft_batch, cfg.ft_lr, seed=seed)
+                clock = time.perf_counter()
+                losses = fit(model, data, steps, cfg.ft_batch, lr, seed=seed)
+                row["fit_s"] = time.perf_counter() - clock
                 longest = max(len(x["input_ids"]) for x in data.items)
-                if arm == "length-control":      # matched to the synthetic prompts, each to within one document
+                if data_arm == "length-control":  # matched to the synthetic prompts, each to within one document
                     ok = data.n_tokens <= syn_tokens and syn_tokens - data.n_tokens < len(data) * DOC_TOKENS
                 else:                            # filled to the budget, to within one example
                     ok = cfg.ft_budget - longest < data.n_tokens <= cfg.ft_budget
                 row.update(n_tokens=data.n_tokens, n_examples=len(data), loss_end=float(np.mean(losses[-5:])),
                            budget_ok=bool(ok))
+            clock = time.perf_counter()
             row.update(evaluate(model, tok, world, ev, short, texts))
+            row["eval_s"] = time.perf_counter() - clock
             rows.append(row)
         oracle = [reader_correct(oracle_reader(e), e) for e in ev]
         first = accuracy_by_position([reader_correct(first_document_reader(e), e) for e in ev], ev)
@@ -250,13 +280,18 @@ def run(cfg: Config) -> dict:
     dev = pick_device(cfg.device)
     world = make_world(cfg.n_facts, cfg.n_doc_entities, cfg.n_places, seed=cfg.seed)
     tok = build_tokenizer(world)
+    clock = time.perf_counter()
     base, curve, base_gate = train_base(cfg, world, tok, dev)      # alone on the machine: every thread
     state = {k: v.detach().cpu() for k, v in base.state_dict().items()}
     seeds = [cfg.seed + cfg.first_seed + i for i in range(cfg.n_seeds)]
+    times = dict(base_s=time.perf_counter() - clock)
     outs = map_jobs(job, [dict(seed=s, cfg_dict=cfg.to_dict(), base_state=state) for s in seeds], cfg.n_workers,
                     desc="finetune seeds")
+    times["seeds_s"] = time.perf_counter() - clock - times["base_s"]
     rows = [r for o in outs for r in o]
     smol = smollm2_rows(cfg, cfg.seed)
+    times["smollm2_s"] = time.perf_counter() - clock - times["base_s"] - times["seeds_s"]
+    rows.append(dict(arm="timing", **times))                       # wall seconds per phase (not a measurement)
     return dict(rows=rows, seeds=seeds, curve=curve, base_gate=base_gate, smollm2=smol, vocab_size=len(tok),
                 claims=make_claims(rows, seeds, cfg, base_gate),
                 device=workers_device(str(dev), cfg.n_workers))
@@ -279,7 +314,10 @@ def plan(cfg: Config) -> list[dict]:
     base = steps * cfg.base_batch * short_len * 3 * size
     arms = len(ARMS) - 1
     ft = cfg.n_seeds * arms * cfg.ft_steps * cfg.ft_batch * long_len * 3 * size
-    ev = cfg.n_seeds * len(ARMS) * (len(cfg.positions) * cfg.per_position * long_len
+    kv_len = 45 * cfg.kv_dicts + 37                              # tokens of one synthetic example, about
+    g_steps = gentle_steps(cfg, max(1, cfg.ft_budget // kv_len))
+    gentle = cfg.n_seeds * len(GENTLE) * g_steps * cfg.ft_batch * kv_len * 3 * size
+    ev = cfg.n_seeds * (len(ARMS) + len(GENTLE)) * (len(cfg.positions) * cfg.per_position * long_len
                                     + (cfg.gate_questions + cfg.n_facts) * short_len) * size
     smol = cfg.smol_per_position * 3 * len(cfg.smol_dicts) * 4e5     # SmolLM2: about 60x the work of a tiny pass
     return [dict(phase="base", jobs=1, units=base,
@@ -288,7 +326,11 @@ def plan(cfg: Config) -> list[dict]:
                       f"{cfg.base_min_docs}..{cfg.base_max_docs} pairs; {cfg.n_facts} facts, {cfg.n_places} places"),
             dict(phase="finetunes", jobs=cfg.n_seeds * arms, units=ft / par,
                  size=f"{arms} arms x {cfg.n_seeds} seeds, {cfg.ft_budget:,} tokens each, {cfg.ft_steps} steps x batch {cfg.ft_batch}"),
-            dict(phase="evaluation", jobs=cfg.n_seeds * len(ARMS), units=ev / par,
+            dict(phase="gentle finetunes", jobs=cfg.n_seeds * len(GENTLE), units=gentle / par,
+                 size=f"{len(GENTLE)} sets x {cfg.n_seeds} seeds at {cfg.gentle_lr_mult:g} x base_lr = "
+                      f"{cfg.gentle_lr_mult * cfg.base_lr:.2g}, {cfg.gentle_epochs:g} epochs of the synthetic set "
+                      f"(about {g_steps} steps x batch {cfg.ft_batch})"),
+            dict(phase="evaluation", jobs=cfg.n_seeds * (len(ARMS) + len(GENTLE)), units=ev / par,
                  size=f"{cfg.eval_docs} documents, gold at {cfg.positions}, {cfg.per_position} per position; closed book, perplexity"),
             dict(phase="SmolLM2", jobs=1, units=smol,
                  size=f"{cfg.smol_per_position} prompts per position at {cfg.smol_dicts} dictionaries")]
@@ -301,6 +343,13 @@ DELTAS = {
                  "moves in steps of 1/n_facts, so 5 points is the smallest change these tables resolve"),
     "C3": (0.05, "the paper's ablation table could not be read offline; five points, the scale of C1"),
 }
+# The gentle arms' claims test the same statements at the same deltas as the full-finetune ones: the paper's numbers
+# are the same, only the finetune differs
+DELTAS.update({f"{c}-gentle": DELTAS[c] for c in ("C1", "C2", "C3")})
+# The gentle regime's preservation gate, fixed with its settings before its first run: the gentle synthetic finetune
+# keeps the base's closed-book recall and its short-range retrieval (3-4 documents) to within this much, or its
+# transfer claims (C1-gentle, C3-gentle) are not read: the C2 delta, the smallest change the fact table resolves
+PRESERVE = 0.05
 GATES = {"short_acc": 0.8,      # the base retrieves at short range (3-4 documents, held out)
          "closed_book": 0.95,   # and knows its facts
          "replicates": 3}       # the results contract: a decided claim has at least 3 replicates
@@ -327,7 +376,7 @@ def make_claims(rows, seeds, cfg, base_gate: dict) -> list[dict]:
         "C1", "Finetuning on synthetic key-value retrieval raises long MDQA accuracy at the middle positions over the "
               "base and over a length-only control.",
         f"exact-match accuracy at the inner gold positions of {cfg.eval_docs} documents; baseline column: the length "
-        "control", paper=0.105, ours=float(syn.mean()), baseline=float(ctl.mean()), interval=iv_c, delta=d1,
+        "control", paper=0.105, paper_tests="direction", ours=float(syn.mean()), baseline=float(ctl.mean()), interval=iv_c, delta=d1,
         delta_reason=r1, better="higher", gates=competent + room,
         verdict=all_of([decide(iv_b, d1), decide(iv_c, d1)]),
         rule=f"Paired over finetune seeds: all_of(decide(95% t interval of synthetic - base, delta = {d1}), decide(95% "
@@ -361,6 +410,7 @@ def make_claims(rows, seeds, cfg, base_gate: dict) -> list[dict]:
         paper=None, ours=float(a.mean()), baseline=float(b.mean()), interval=iv, delta=d3, delta_reason=r3,
         better="higher", gates=competent,
         rule=f"Paired over finetune seeds: decide(95% t interval of with - without template, delta = {d3}). " + gate_text))
+    out += gentle_claims(rows, seeds, cfg, competent, room, gate_text)
     readers = [r for r in rows if r["arm"] == "readers"]
     out.append(check("K1", "The oracle reader (string search) answers every evaluation question.", "oracle accuracy",
                      ours=min(r["oracle_acc"] for r in readers), passed=all(r["oracle_acc"] == 1.0 for r in readers),
@@ -370,10 +420,72 @@ def make_claims(rows, seeds, cfg, base_gate: dict) -> list[dict]:
                      "first-document accuracy off position 1", ours=rest,
                      passed=all(r["first_doc_p1"] == 1.0 for r in readers) and rest < 3 / cfg.n_places,
                      rule=f"Exactly 1 at position 1 on every seed; below 3/n_places = {3 / cfg.n_places:.3f} elsewhere."))
-    ft = [r for r in rows if r["arm"] not in ("base", "readers")]
+    ft = [r for r in rows if r.get("regime") in ("full", "gentle")]
     out.append(check("K3", "Every finetune set holds the same token budget.", "tokens per set",
                      ours=float(np.mean([r["n_tokens"] for r in ft])), passed=all(r["budget_ok"] for r in ft),
                      rule=f"For every arm and seed: budget - longest example < tokens <= budget = {cfg.ft_budget}; the "
                           f"length control: at most the synthetic set's tokens and short of them by less than one "
                           f"document ({DOC_TOKENS} tokens) per text."))
+    return out
+
+def gentle_claims(rows, seeds, cfg, competent: list, room: list, gate_text: str) -> list[dict]:
+    "C1-C3 for the gentle finetunes: the same rules and deltas with the gentle arms, and the preservation gate on C1 and C3."
+    v = lambda metric, arm: per_seed(rows, seeds, metric, arm=arm)
+    syn = "synthetic-gentle"
+    keep = [gate(f"gentle synthetic: drop in closed-book recall from the base at most {PRESERVE}",
+                 float(v("closed_book", "base").mean() - v("closed_book", syn).mean()), PRESERVE, "lower"),
+            gate(f"gentle synthetic: drop in accuracy at 3-4 documents from the base at most {PRESERVE}",
+                 float(v("short_acc", "base").mean() - v("short_acc", syn).mean()), PRESERVE, "lower")]
+    regime = (f"Gentle finetunes: {cfg.gentle_lr_mult:g} x the base's peak rate for {cfg.gentle_epochs:g} epochs of "
+              "the synthetic set, the same steps for every gentle arm. ")
+    keep_text = (" The transfer is read only if the gentle synthetic finetune keeps the base's closed-book recall and "
+                 f"its accuracy at 3-4 documents to within {PRESERVE} (the preservation gate).")
+    out = []
+    d1, r1 = DELTAS["C1-gentle"]
+    s, b, c = v("acc_mid", syn), v("acc_mid", "base"), v("acc_mid", "length-control-gentle")
+    iv_b = paired_interval(s, b, method="t", of="acc_mid(synthetic, gentle) - acc_mid(base)")
+    iv_c = paired_interval(s, c, method="t", of="acc_mid(synthetic, gentle) - acc_mid(length control, gentle)")
+    mid = int(cfg.positions[len(cfg.positions) // 2])
+    out.append(claim(
+        "C1-gentle", "A gentle finetune on synthetic key-value retrieval raises long MDQA accuracy at the middle "
+                     "positions over the base and over a length-only control finetuned the same way.",
+        f"exact-match accuracy at the inner gold positions of {cfg.eval_docs} documents; baseline column: the gentle "
+        "length control", paper=0.105, paper_tests="direction", ours=float(s.mean()), baseline=float(c.mean()),
+        interval=iv_c, delta=d1, delta_reason=r1, better="higher", gates=competent + room + keep,
+        verdict=all_of([decide(iv_b, d1), decide(iv_c, d1)]),
+        rule=regime + f"Paired over finetune seeds: all_of(decide(95% t interval of gentle synthetic - base, delta = "
+             f"{d1}), decide(95% t interval of gentle synthetic - gentle length control, delta = {d1})). " + gate_text
+             + keep_text,
+        note=f"Gentle synthetic - base: {iv_b['estimate']:+.3f} [{iv_b['lo']:+.3f}, {iv_b['hi']:+.3f}]. At position "
+             f"{mid}: gentle synthetic {v(f'acc_p{mid}', syn).mean():.3f}, base {v(f'acc_p{mid}', 'base').mean():.3f}, "
+             f"gentle control {v(f'acc_p{mid}', 'length-control-gentle').mean():.3f}."))
+    d2, r2 = DELTAS["C2-gentle"]
+    cb_s, cb_b, cb_i = v("closed_book", syn), v("closed_book", "base"), v("closed_book", "knowledge-injecting-gentle")
+    iv_keep = paired_interval(cb_s, cb_b, method="t", of="closed_book(synthetic, gentle) - closed_book(base)")
+    iv_inj = paired_interval(cb_s, cb_i, method="t",
+                             of="closed_book(synthetic, gentle) - closed_book(knowledge-injecting, gentle)")
+    out.append(claim(
+        "C2-gentle", "The gentle synthetic finetune leaves closed-book recall where it was, while the knowledge-injecting "
+                     "set finetuned the same way lowers it.",
+        "closed-book recall of the fact table; baseline column: the gentle knowledge-injecting finetune", paper=None,
+        ours=float(cb_s.mean()), baseline=float(cb_i.mean()), interval=iv_inj, delta=d2, delta_reason=r2,
+        better="higher", gates=competent, verdict=all_of([decide_within(iv_keep, -d2, None), decide(iv_inj, d2)]),
+        rule=regime + f"Paired over finetune seeds: all_of(decide_within(95% t interval of gentle synthetic - base, "
+             f"[-{d2}, +inf)): no drop of {d2} or more; decide(95% t interval of gentle synthetic - gentle "
+             f"knowledge-injecting, delta = {d2})). " + gate_text,
+        note=f"Gentle synthetic - base: {iv_keep['estimate']:+.3f} [{iv_keep['lo']:+.3f}, {iv_keep['hi']:+.3f}]; "
+             f"gentle knowledge-injecting - base: {(cb_i - cb_b).mean():+.3f}; gentle length control "
+             f"{v('closed_book', 'length-control-gentle').mean():.3f}. Perplexity: base {v('ppl', 'base').mean():.2f}, "
+             f"gentle synthetic {v('ppl', syn).mean():.2f}, gentle knowledge-injecting "
+             f"{v('ppl', 'knowledge-injecting-gentle').mean():.2f}."))
+    d3, r3 = DELTAS["C3-gentle"]
+    a, b = v("acc_all", syn), v("acc_all", "synthetic-no-template-gentle")
+    iv = paired_interval(a, b, method="t", of="acc_all(synthetic, gentle) - acc_all(synthetic, no template, gentle)")
+    out.append(claim(
+        "C3-gentle", "With the gentle finetune, the answer template in the synthetic prompts makes it transfer better.",
+        f"exact-match accuracy over all gold positions of {cfg.eval_docs} documents; baseline column: no template, "
+        "gentle", paper=None, ours=float(a.mean()), baseline=float(b.mean()), interval=iv, delta=d3, delta_reason=r3,
+        better="higher", gates=competent + keep,
+        rule=regime + f"Paired over finetune seeds: decide(95% t interval of gentle with - gentle without template, "
+             f"delta = {d3}). " + gate_text + keep_text))
     return out
