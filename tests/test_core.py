@@ -702,3 +702,30 @@ def test_dry_run_reports_a_current_committed_run():
         else:
             assert f"measured: the committed laptop run of this code took {float(done['runtime_s']):.0f} s" in text
             assert ("OVER the 1200 s budget" in text.splitlines()[-1]) == (float(done["runtime_s"]) > 1200)
+
+
+@dataclass
+class _LapCfg(runtime.ScaledConfig):
+    steps: int = 10
+    sizes: tuple = (1, 2)
+    PRESETS: ClassVar[dict] = {"ci": {}, "laptop": dict(steps=400), "full": dict(steps=1000)}
+    SMOKE: ClassVar[dict] = {"steps": 1}
+
+
+def test_laptop_estimate_is_calibrated_by_the_committed_run(monkeypatch):
+    "The laptop estimate scales the committed laptop run's seconds per unit to the preset's units, whatever the smoke run says."
+    import types
+    fake = types.SimpleNamespace(Config=_LapCfg, plan=lambda cfg: [{"phase": "train", "units": cfg.steps * sum(cfg.sizes)}],
+                                 run=lambda cfg: pytest.fail("a committed run calibrates the estimate: no smoke run"))
+    committed = {"laptop": {"chapter": "demo", "scale": "laptop", "runtime_s": 60.0, "provenance": {"key": "old"},
+                            "config": {**_LapCfg.preset("laptop").to_dict(), "steps": 200, "sizes": [1, 2]}}}
+    monkeypatch.setattr(cli, "experiment_module", lambda slug: fake)
+    monkeypatch.setattr(cli, "committed_results", lambda slug, root=None: committed)
+    prior = cli.prior_rate("demo", "laptop")
+    assert prior["units"] == 600 and prior["wall"] == 60.0 and prior["stale"]
+    est = cli.estimate_wall("demo", "laptop")          # the preset has twice the committed run's steps: twice its time
+    assert est["units"] == 1200 and est["seconds"] == pytest.approx(120.0) and "code has changed since" in est["assumes"]
+    committed["laptop"]["config"]["steps"] = "many"    # a config the code can no longer count: the smoke run decides
+    monkeypatch.setattr(fake, "plan", lambda cfg: [{"units": float(cfg.steps) * 3}])
+    assert cli.prior_rate("demo", "laptop") is None
+    assert cli.estimate_wall("demo", "laptop", measure=False)["assumes"] == "not measured"

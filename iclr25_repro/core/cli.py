@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import hashlib
 import importlib
 import json
@@ -25,8 +26,8 @@ from .runtime import SCALES, Timer, pick_device, seed_everything, thread_env
 __all__ = ['KERNEL_ENV', 'CI_BUDGET_S', 'DEFAULT_JOBS', 'BUDGET_S', 'chapter_slugs', 'chapter_notebooks', 'book_cell_tags',
            'has_parameters_cell', 'execute_notebook', 'chapter_inputs', 'installed_versions', 'chapter_key',
            'cached_rows', 'store_cache', 'run_chapter', 'run_book', 'format_timings', 'record_run', 'experiment_module',
-           'chapters_with_preset', 'run_experiment', 'plan_units', 'estimate_wall', 'dry_run', 'build_book',
-           'strip_outputs', 'package_init', 'write_package_inits', 'check_clean', 'main']
+           'chapters_with_preset', 'run_experiment', 'plan_units', 'prior_rate', 'estimate_wall', 'dry_run',
+           'build_book', 'strip_outputs', 'package_init', 'write_package_inits', 'check_clean', 'main']
 
 # %% ../../nbs/core/05_cli.ipynb #0b3f44f8
 def _visible(p: Path) -> bool:
@@ -380,8 +381,33 @@ def plan_units(plan: list[dict]) -> float | None:
     units = [float(p["units"]) for p in plan if isinstance(p.get("units"), (int, float)) and not isinstance(p["units"], bool)]
     return sum(units) if units else None
 
+def _json_like(value, template):
+    "`value` read back from JSON in the type of the preset's `template` (tuples stay tuples, nested too)."
+    if isinstance(template, tuple) and isinstance(value, list):
+        return tuple(_json_like(v, t) for v, t in zip(value, template)) if len(value) == len(template) and template \
+            else tuple(value)
+    return value
+
+def prior_rate(slug: str, scale: str, root: str | Path | None = None) -> dict | None:
+    "{'seconds_per_unit', 'units', 'wall', 'stale'} of the committed `scale` run of `slug` (its config rebuilt, its plan counted); None without one."
+    module = experiment_module(slug)
+    done = committed_results(slug, root).get(scale)
+    if done is None or not hasattr(module, "plan") or not isinstance(done.get("config"), dict):
+        return None
+    current = module.Config.preset(scale).to_dict()
+    fields = {f.name for f in dataclasses.fields(module.Config) if f.init} - {"scale", "device", "seed", "smoke"}
+    overrides = {k: _json_like(v, current.get(k)) for k, v in done["config"].items() if k in fields}
+    try:
+        units = plan_units(module.plan(module.Config.preset(scale, **overrides)))
+    except Exception:        # a config the code no longer accepts: no calibration from it
+        return None
+    wall = float(done["runtime_s"])
+    if not units or wall <= 0:
+        return None
+    return {"seconds_per_unit": wall / units, "units": units, "wall": wall, "stale": is_stale(done, root)}
+
 def estimate_wall(slug: str, scale: str, seed: int = 0, measure: bool = True) -> dict | None:
-    "{'seconds', 'units', 'assumes'} for chapter `slug` at `scale` (laptop: scaled from a timed smoke run; full: GPU_UNITS_PER_S); None without units."
+    "{'seconds', 'units', 'assumes'} for chapter `slug` at `scale` (laptop: scaled from the committed laptop run, else a timed smoke run; full: GPU_UNITS_PER_S); None without units."
     module = experiment_module(slug)
     if not hasattr(module, "plan"):
         return None
@@ -394,6 +420,12 @@ def estimate_wall(slug: str, scale: str, seed: int = 0, measure: bool = True) ->
         if not rate:
             return {"seconds": None, "units": units, "assumes": "no GPU_UNITS_PER_S stated by the chapter"}
         return {"seconds": units / rate, "units": units, "assumes": f"{rate:.3g} units/s on one GPU (the chapter's statement)"}
+    prior = prior_rate(slug, scale)
+    if prior is not None:    # a real run at this scale: its fixed costs are spread as they will be again
+        return {"seconds": units * prior["seconds_per_unit"], "units": units,
+                "assumes": f"{1 / prior['seconds_per_unit']:.3g} units/s, measured by the committed {scale} run "
+                           f"({prior['units']:.3g} units in {prior['wall']:.0f} s"
+                           + ("; that run's code has changed since" if prior["stale"] else "") + ")"}
     if not measure:
         return {"seconds": None, "units": units, "assumes": "not measured"}
     smoke = module.Config.preset(scale, smoke=True, device="cpu", seed=seed)
@@ -407,7 +439,7 @@ def estimate_wall(slug: str, scale: str, seed: int = 0, measure: bool = True) ->
     rate = smoke_units / max(t.seconds, 1e-9)
     return {"seconds": units / rate, "units": units,
             "assumes": f"{rate:.3g} units/s, measured by the {scale} smoke run ({smoke_units:.3g} units in {t.seconds:.1f} s on "
-                       f"{torch.get_num_threads()} threads here)"}
+                       f"{torch.get_num_threads()} threads here; its fixed costs make this an upper estimate)"}
 
 def dry_run(slug: str, scale: str = "full", device: str = "auto", seed: int = 0, measure: bool = True) -> str:
     "The plan of chapter `slug` at `scale`, as text: the config's differences from ci, the seeds, the chapter's `plan(cfg)`."
