@@ -248,7 +248,8 @@ def _fake(contraction=0.9, slope=-1.0, plateau=1e-2, sam=(93, 94, 95), sgd=(90, 
     imp = lambda: {"uniform": dict(gamma=1.0, final=1e-1), "importance": dict(gamma=2.0, final=1e-2),
                    "uniform at the importance step": dict(gamma=2.0, final=same)}
     a = [{"problem": p, "det": {l: det(p) for l in experiment.LAMBDAS_A}, "imp": {l: imp() for l in experiment.LAMBDAS_A},
-          "sto": [dict(fit(p), tau=t, lam=l, final=sto_final) for t in (1, 5) for l in experiment.LAMBDAS_A],
+          "sto": [dict(fit(p), tau=t, lam=l, final=sto_final, bound_epochs=100.0 if l < 1 else float("inf"))
+                  for t in (1, 5) for l in experiment.LAMBDAS_A],
           "imp_problem": dict(L_max=2.0, L_avg=1.0, mu=0.1)} for p in range(3)]
     dec = [dict(problem=p, lam=l, slope=slope + 0.01 * p, plateau=plateau, final_dec=1e-3) for p in range(3) for l in (0.0, 1.0)]
     sgd_long = sgd if sgd_long is None else sgd_long
@@ -458,7 +459,7 @@ def test_full_preset_smoke(tmp_root):
 def test_laptop_preset_smoke(tmp_root):
     lap = experiment.Config.preset("laptop")
     assert lap.epochs >= 100 and len(lap.seeds) >= 10 and lap.d_sto >= 10 and lap.cond_sto >= 10 and lap.clean_methods
-    assert cli.plan_units(experiment.plan(lap)) <= 0.75 * cli.BUDGET_S["laptop"]   # about 12 minutes on 2 quiet cores
+    assert cli.plan_units(experiment.plan(lap)) <= 0.75 * cli.BUDGET_S["laptop"]   # about 10 minutes on 2 quiet cores
     doc = cli.run_experiment("usam", "laptop", "cpu", 0, smoke=True)
     assert doc["config"]["smoke"] and [c["id"] for c in doc["claims"] if c["kind"] == "claim"] == list(CLAIMS)
     assert not (tmp_root / "book" / "results").exists()
@@ -630,3 +631,11 @@ def test_importance_and_decreasing_paths():
     d1 = unified_sam_ls(p, 0.0, 0.01, 0.01, 3, batch="single", decreasing=True, rng=0)
     d0 = unified_sam_ls(p, 0.0, 0.01, 0.01, 3, batch="single", decreasing=False, rng=0)
     assert not np.array_equal(d1, d0)                         # rho_k = min(rho, 1/(2k+1)) differs from k = 0 on
+
+
+def test_bound_epochs_is_the_first_epoch_the_bound_reaches_the_target():
+    q, band, spe = 0.999, 2e-3, 20
+    e = experiment.bound_epochs(q, band, 1e-2, spe)
+    assert q ** (e * spe) + band <= 1e-2 < q ** ((e - 1) * spe) + band
+    assert experiment.bound_epochs(q, 1e-2, 1e-2, spe) == float("inf")       # the band alone reaches the target
+    assert experiment.bound_epochs(1.0, 0.0, 1e-2, spe) == float("inf")      # no contraction
