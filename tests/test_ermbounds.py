@@ -8,10 +8,10 @@ import torch
 
 from iclr25_repro.core import cli
 from iclr25_repro.ermbounds import experiment
-from iclr25_repro.ermbounds.model import (BoxReLUNet, Clusters, Teacher, accuracy, best_of, check_inputs, check_labels,
+from iclr25_repro.ermbounds.model import (ENGINES, BoxReLUNet, Clusters, Teacher, accuracy, best_of, check_inputs, check_labels,
                                           coverage_accuracy, empirical_risk, erm_bound, fit_erm, fixed_margin_bound,
                                           k_copy, margin_bound, margins, rademacher_bound, rademacher_mc,
-                                          robust_accuracy, vc_bound)
+                                          pgd, robust_accuracy, vc_bound)
 
 
 def _data(N=60, n=3, seed=0):
@@ -48,7 +48,8 @@ def test_k_copy_identity():
         k_copy(net, 0)
 
 
-def test_batched_trainer_equals_a_loop_over_single_networks():
+@pytest.mark.parametrize("engine", ENGINES)
+def test_batched_trainer_equals_a_loop_over_single_networks(engine):
     "Adam is elementwise and the summed objective separates: each net follows its own trajectory (float64)."
     X, y = _data(60)
     X2, y2 = _data(25, seed=1)
@@ -56,15 +57,34 @@ def test_batched_trainer_equals_a_loop_over_single_networks():
     datasets = [(X, y), (X2, y2), (X[:40], y[:40])]
     together = make()
     risks = fit_erm(together, [d[0] for d in datasets], [d[1] for d in datasets], steps=60, lr=0.05,
-                    box=[True, False, True], loss="logistic")
+                    box=[True, False, True], loss="logistic", engine=engine)
     alone = make()
     for net, (Xi, yi), box in zip(alone, datasets, [True, False, True]):
-        fit_erm([net], [Xi], [yi], steps=60, lr=0.05, box=box)
+        fit_erm([net], [Xi], [yi], steps=60, lr=0.05, box=box, engine=engine)
     for a, b, (Xi, yi), r in zip(together, alone, datasets, risks):
         for p, q in zip(a.parameters(), b.parameters()):
             assert torch.allclose(p, q, atol=1e-10, rtol=0)
         assert abs(r - empirical_risk(a, Xi, yi)) < 1e-12
     assert together[0].max_abs() <= 1.0 and together[2].max_abs() <= 1.0
+
+
+def test_vmap_engine_equals_the_hand_batched_engine():
+    "stack_module_state + vmap(functional_call) and the hand-written baddbmm: the same parameters and risks."
+    X, y = _data(50)
+    make = lambda: [BoxReLUNet(3, w, generator=torch.Generator().manual_seed(10 + w), dtype=torch.float64) for w in (1, 7, 7, 12)]
+    fits = {}
+    for engine in ENGINES:
+        nets = make()
+        risks = fit_erm(nets, [X, X[:30], X, X[:45]], [y, y[:30], y, y[:45]], steps=40, lr=0.05,
+                        box=[True, True, False, False], engine=engine)
+        fits[engine] = nets, risks
+    (a, ra), (b, rb) = fits["vmap"], fits["bmm"]
+    assert ra == pytest.approx(rb, abs=1e-12)
+    for p, q in zip(a, b):
+        for u, v in zip(p.parameters(), q.parameters()):
+            assert torch.allclose(u, v, atol=1e-12, rtol=0)
+    with pytest.raises(ValueError, match="engine"):
+        fit_erm(make()[:1], [X], [y], engine="loop")
 
 
 def test_trainer_without_box_leaves_it_and_reference_loop_matches_hand_adam():
@@ -194,7 +214,16 @@ def tiny():
     return cfg, experiment.run(cfg)
 
 
-IDS = ["C1-rate", "C1-W0c", "C2-width", "C5-undersized", "C4-loss", "K8-hit-cubes", "K1-box", "K2-plateau",
+def test_expressing_width_and_its_ladder():
+    assert experiment.express_ladder(64) == [8, 16, 32, 64] and experiment.express_ladder(4) == [1, 2, 4]
+    acc = experiment.EXPRESS_ACC
+    rows = [dict(W=8, test_acc=0.7), dict(W=16, test_acc=acc), dict(W=32, test_acc=acc - 0.01), dict(W=64, test_acc=1.0)]
+    assert experiment.expressing_width(rows) == 16
+    assert experiment.expressing_width([dict(W=8, test_acc=0.5)]) is None
+
+
+IDS = ["C1-rate", "C1-W0c", "C2-width", "C5-undersized", "C4-loss", "K8-hit-cubes", "K9-expressing-width", "K1-box",
+       "K2-plateau",
        "K3-zero-error", "K4-approx-erm", "K5-bound-holds", "K6-missed-cubes", "K7-rademacher"]
 CLAIMS = ["C1-rate", "C1-W0c", "C2-width", "C5-undersized", "C4-loss"]
 
@@ -208,9 +237,10 @@ def test_tiny_run(tiny):
             assert c["verdict"] == "not_run"        # three seeds: the replicate gate holds every claim back
             assert any(g["name"] == "replicates (seeds)" and not g["passed"] for g in c["gates"])
     parts = {r["part"] for r in out["rows"]}
-    assert parts == {"teacher", "svc", "clusters", "losses", "rademacher"}
+    assert parts == {"teacher", "svc", "clusters", "express", "losses", "rademacher"}
+    assert sorted({r["W"] for r in out["rows"] if r["part"] == "express"}) == experiment.express_ladder(cfg.cl_width)
     assert {r["mult"] for r in out["rows"] if r["part"] == "teacher"} == {cfg.under, *cfg.width_mults}
-    assert all(r["max_abs"] <= 1.0 for r in out["rows"] if r["part"] in ("clusters", "losses"))
+    assert all(r["max_abs"] <= 1.0 for r in out["rows"] if r["part"] in ("clusters", "express", "losses"))
     assert all(r["max_abs"] <= 1.0 for r in out["rows"] if r["part"] == "teacher" and r["box"])
 
 
@@ -226,7 +256,7 @@ def _sign(s):
 
 def _rows(cfg, base=0.9, rise=0.04, rise_spread=0.0, gap=0.0, gap_spread=0.0, fam_gap=0.03, fam_spread=0.0,
           under_gap=0.1, under_spread=0.0, hit=1.0, loss_gap=0.03, loss_spread=0.0, loss_train=1.0, plateau=0.0,
-          train_acc=1.0, c=(0.01, 0.01), families=None):
+          train_acc=1.0, c=(0.01, 0.01), families=None, express_at=1):
     """Synthetic rows for make_claims: accuracies set by the arguments (`base` at every N but the largest, `base + rise`
     there; the wider widths `gap` above W0; the first family `fam_gap` above the second; the under-sized arm
     `under_gap` below), a small spread across seeds that cancels in paired differences unless a `*_spread` is given
@@ -255,6 +285,9 @@ def _rows(cfg, base=0.9, rise=0.04, rise_spread=0.0, gap=0.0, gap_spread=0.0, fa
         for N in cfg.cl_Ns:
             out.append(dict(part="clusters", seed=s, N=N, train_acc=1.0, test_acc=0.7, hit_acc=hit + 0.001 * _sign(s),
                             miss_acc=0.5 + 0.01 * _sign(s), predicted=0.7, max_abs=1.0))
+        for W in experiment.express_ladder(cfg.cl_width):
+            out.append(dict(part="express", seed=s, W=W, K=cfg.cl_K, covered=1.0, train_acc=1.0, max_abs=1.0,
+                            test_acc=1.0 if W >= express_at else 0.8))
     out += [dict(part="rademacher", N=N, estimate_per_unit=1 / math.sqrt(N), bound_per_unit=2 / math.sqrt(N))
             for N in (20, 80)]
     return out
@@ -307,6 +340,10 @@ def test_make_claims_rules_against_delta():
     checks = {c["id"]: c["verdict"] for c in experiment.make_claims(_rows(cfg), cfg) if c["kind"] == "check"}
     assert set(checks.values()) == {"passed"}
     assert _claims(hit=0.9)["K8-hit-cubes"]["verdict"] == "failed"
+    W = cfg.cl_width
+    k9 = _claims(express_at=W)["K9-expressing-width"]
+    assert k9["verdict"] == "passed" and k9["ours"] == W             # only the full width expresses: still passes
+    assert _claims(express_at=2 * W)["K9-expressing-width"]["verdict"] == "failed"   # no width of the ladder does
 
 
 @pytest.mark.parametrize("kw, failed, claims", [
@@ -401,6 +438,33 @@ def test_rademacher_estimate_against_a_grid_for_one_input():
     assert est == pytest.approx(3 * float(sup.mean()), rel=2e-3)
     with pytest.raises(ValueError, match="sigma"):
         rademacher_mc(X, W=1, sigma=torch.zeros(2, 40))
+
+
+def test_pgd_equals_torchattacks_pgd():
+    "The same eps, alpha = eps/4, steps, no random start: torchattacks.PGD on the logits (0, F) gives the same points."
+    import torchattacks
+
+    class TwoLogits(torch.nn.Module):
+        def __init__(self, f):
+            super().__init__()
+            self.f = f
+
+        def forward(self, x):
+            F = self.f(x)
+            return torch.stack([torch.zeros_like(F), F], 1)
+
+    T = Teacher(3, 6, seed=2)
+    T.net.double()
+    X, y = T.sample(400, np.random.default_rng(4))
+    X, y = X.double(), y.double()
+    net = BoxReLUNet(3, 10, generator=torch.Generator().manual_seed(5), dtype=torch.float64)   # an imperfect net too
+    for f in (T.net, net):
+        for eps, steps in ((0.02, 10), (0.1, 5)):
+            ours = pgd(f, X, y, eps, steps=steps)
+            theirs = torchattacks.PGD(TwoLogits(f), eps=eps, alpha=eps / 4, steps=steps, random_start=False)(
+                X, (y > 0).long())
+            assert torch.equal(ours, theirs)
+            assert (ours - X).abs().max() <= eps + 1e-12 and ours.min() >= 0 and ours.max() <= 1
 
 
 def test_robust_accuracy_against_the_closed_form_of_a_linear_network():

@@ -12,10 +12,10 @@ import torch
 from torch import nn
 
 # %% auto #0
-__all__ = ['LOSSES', 'check_inputs', 'check_labels', 'BoxReLUNet', 'k_copy', 'logistic_loss', 'hinge_loss', 'square_loss',
-           'zero_hinge_loss', 'margins', 'empirical_risk', 'accuracy', 'fit_erm', 'best_of', 'Teacher', 'Clusters',
-           'coverage_accuracy', 'rademacher_bound', 'margin_bound', 'erm_bound', 'vc_bound', 'fixed_margin_bound',
-           'rademacher_mc', 'robust_accuracy']
+__all__ = ['LOSSES', 'ENGINES', 'check_inputs', 'check_labels', 'BoxReLUNet', 'k_copy', 'logistic_loss', 'hinge_loss',
+           'square_loss', 'zero_hinge_loss', 'margins', 'empirical_risk', 'accuracy', 'fit_erm', 'best_of', 'Teacher',
+           'Clusters', 'coverage_accuracy', 'rademacher_bound', 'margin_bound', 'erm_bound', 'vc_bound',
+           'fixed_margin_bound', 'rademacher_mc', 'pgd', 'robust_accuracy']
 
 # %% ../../nbs/ermbounds/02_implementation.ipynb #89ed0f8b
 def check_inputs(X) -> torch.Tensor:
@@ -133,8 +133,30 @@ def accuracy(net: BoxReLUNet, X, y) -> float:
     return float((margins(net, X, y) > 0).double().mean())
 
 # %% ../../nbs/ermbounds/02_implementation.ipynb #5fb6d2af
+def _stacked(nets: list[BoxReLUNet], width: int):
+    "Each net padded with zero units to `width`, stacked by `torch.func.stack_module_state`: a base module and {w: (B, W, n), b: (B, W), a: (B, W)}."
+    padded = []
+    for net in nets:
+        p = BoxReLUNet(net.n, width, generator=torch.Generator().manual_seed(0), dtype=net.w.dtype).to(net.w.device)
+        with torch.no_grad():
+            for q, src in zip((p.w, p.b, p.a), (net.w, net.b, net.a)):
+                q.zero_()                           # a padded unit: a_j = w_j = b_j = 0, zero gradient, never moves
+                q[:net.width] = src
+        padded.append(p)
+    params, _ = torch.func.stack_module_state(padded)
+    return padded[0], params
+
+def _batched_forward(base: BoxReLUNet, params: dict, X: torch.Tensor, engine: str) -> torch.Tensor:
+    "F of every stacked net on its own padded data set: (B, N, n) -> (B, N)."
+    if engine == "vmap":        # the module's own forward, vectorised over the stack
+        return torch.func.vmap(lambda p, x: torch.func.functional_call(base, p, (x,)))(params, X)
+    w, b, a = params["w"], params["b"], params["a"]  # the same function written as batched matrix products
+    return (torch.relu(torch.baddbmm(b.unsqueeze(1), X, w.transpose(1, 2))) @ a.unsqueeze(-1)).squeeze(-1)
+
+ENGINES = ("bmm", "vmap")   # the first runs by default (faster on CPU); "vmap" is the tested torch.func reference
+
 def fit_erm(nets: list[BoxReLUNet], Xs, ys, *, loss: str = "logistic", steps: int = 500, lr: float = 0.02,
-            box=True, history: bool = False):
+            box=True, history: bool = False, engine: str = "bmm"):
     "Minimise each net's empirical risk on its own (X, y), all at once: full-batch Adam, projected onto the box; returns the risks (with `history`, also each net's risk after every step)."
     lf = _loss_fn(loss)
     if not (len(nets) == len(Xs) == len(ys)) or not nets:
@@ -142,15 +164,14 @@ def fit_erm(nets: list[BoxReLUNet], Xs, ys, *, loss: str = "logistic", steps: in
     steps = _positive_int("steps", steps)
     if not lr > 0:
         raise ValueError(f"lr must be positive, got {lr!r}")
+    if engine not in ENGINES:
+        raise ValueError(f"engine must be one of {ENGINES}, got {engine!r}")
     boxes = [bool(box)] * len(nets) if isinstance(box, bool) else [bool(v) for v in box]
     if len(boxes) != len(nets):
         raise ValueError("box must be a bool or one bool per network")
     dtype, n, dev = nets[0].w.dtype, nets[0].n, nets[0].w.device
     B, Wm, Nm = len(nets), max(t.width for t in nets), max(len(X) for X in Xs)
     kw = dict(dtype=dtype, device=dev)
-    w = torch.zeros(B, n, Wm, **kw)             # (B, n, W): transposed, for batched matrix products
-    b = torch.zeros(B, 1, Wm, **kw)
-    a = torch.zeros(B, Wm, 1, **kw)
     X = torch.zeros(B, Nm, n, **kw)
     Y = torch.zeros(B, Nm, **kw)
     weight = torch.zeros(B, Nm, **kw)           # 1/N_b on the real samples, 0 on the padding
@@ -159,32 +180,31 @@ def fit_erm(nets: list[BoxReLUNet], Xs, ys, *, loss: str = "logistic", steps: in
         yi = check_labels(yi, len(Xi)).to(**kw)
         if net.n != n or Xi.shape[1] != n or net.w.dtype != dtype or net.w.device != dev:
             raise ValueError("every network and data set must share the input dimension n, the dtype and the device")
-        k, m = net.width, len(Xi)
-        w[i, :, :k], b[i, 0, :k], a[i, :k, 0] = net.w.detach().T, net.b.detach(), net.a.detach()
+        m = len(Xi)
         X[i, :m], Y[i, :m], weight[i, :m] = Xi, yi, 1.0 / m
+    base, stacked = _stacked(nets, Wm)
     clamp = torch.tensor(boxes, device=dev)
-    params = [t.requires_grad_() for t in (w, b, a)]
+    params = list(stacked.values())
     opt = torch.optim.Adam(params, lr=lr)
     trace = []
     for _ in range(steps):
         opt.zero_grad()
-        F = (torch.relu(torch.baddbmm(b, X, w)) @ a).squeeze(-1)     # (B, N)
+        F = _batched_forward(base, stacked, X, engine)                # (B, N)
         per_net = (lf(Y * F) * weight).sum(1)                         # each net's empirical risk, L_S of section 1
         per_net.sum().backward()                                       # their sum: each net gets its own gradient
         opt.step()
         if history:
             trace.append(per_net.detach().cpu())
         with torch.no_grad():
-            for p in params:
+            for p in params:                                           # projection onto the box H_W(n)
                 p.copy_(torch.where(clamp.view(-1, *[1] * (p.ndim - 1)), p.clamp(-1.0, 1.0), p))
     with torch.no_grad():
-        F = (torch.relu(torch.baddbmm(b, X, w)) @ a).squeeze(-1)
-        risks = (lf(Y * F) * weight).sum(1)
+        risks = (lf(Y * _batched_forward(base, stacked, X, engine)) * weight).sum(1)
         for i, net in enumerate(nets):
             k = net.width
-            net.w.copy_(w[i, :, :k].T)
-            net.b.copy_(b[i, 0, :k])
-            net.a.copy_(a[i, :k, 0])
+            net.w.copy_(stacked["w"][i, :k])
+            net.b.copy_(stacked["b"][i, :k])
+            net.a.copy_(stacked["a"][i, :k])
     final = [float(r) for r in risks]
     if history:   # risk before step t, t = 1..steps (the last entry is before the last step)
         return final, torch.stack(trace, 1).tolist()
@@ -360,19 +380,27 @@ def rademacher_mc(X, W: int, n_sigma: int = 20, restarts: int = 8, steps: int = 
     return float(est.mean()), float(est.std(unbiased=True) / math.sqrt(n_sigma)) if n_sigma > 1 else float("nan")
 
 # %% ../../nbs/ermbounds/02_implementation.ipynb #2ce25343
-def robust_accuracy(net: BoxReLUNet, X, y, eps: float, steps: int = 10) -> float:
-    "Accuracy under an l_inf PGD attack of size eps within [0,1]^n (an upper bound on the robust accuracy)."
+def pgd(net: BoxReLUNet, X, y, eps: float, steps: int = 10, alpha: float | None = None) -> torch.Tensor:
+    "l_inf PGD on the margin y F(x), no random start: `steps` signed steps of `alpha` (default eps / 4), each projected onto the eps-ball around X and onto [0, 1]^n."
     kw = dict(dtype=net.w.dtype, device=net.w.device)
     X = check_inputs(X).to(**kw)
     y = check_labels(y, len(X)).to(**kw)
     if not eps >= 0:
         raise ValueError(f"eps must be >= 0, got {eps!r}")
-    delta = torch.zeros_like(X, requires_grad=True)
+    alpha = eps / 4 if alpha is None else alpha
+    adv = X.clone()
     for _ in range(_positive_int("steps", steps)):
-        m = y * net((X + delta).clamp(0, 1))
-        grad, = torch.autograd.grad(m.sum(), delta)
-        with torch.no_grad():
-            delta -= eps / 4 * grad.sign()
-            delta.clamp_(-eps, eps)
+        adv.requires_grad_(True)
+        grad, = torch.autograd.grad((y * net(adv)).sum(), adv)
+        adv = adv.detach() - alpha * grad.sign()                      # lower the margin
+        adv = (X + (adv - X).clamp(-eps, eps)).clamp(0, 1)             # back into the ball and the cube
+    return adv.detach()
+
+def robust_accuracy(net: BoxReLUNet, X, y, eps: float, steps: int = 10) -> float:
+    "Accuracy under an l_inf PGD attack of size eps within [0,1]^n (an upper bound on the robust accuracy)."
+    kw = dict(dtype=net.w.dtype, device=net.w.device)
+    X = check_inputs(X).to(**kw)
+    y = check_labels(y, len(X)).to(**kw)
+    adv = pgd(net, X, y, eps, steps)
     with torch.no_grad():
-        return float((y * net((X + delta).clamp(0, 1)) > 0).double().mean())
+        return float((y * net(adv) > 0).double().mean())
