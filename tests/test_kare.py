@@ -403,7 +403,41 @@ def test_preset_smoke(scale, tmp_path):
             assert getattr(smoke, f.name) == getattr(big, f.name), f.name
     doc = cli.run_experiment("kare", scale, "cpu", 0, root=tmp_path, smoke=True)
     ids = {c["id"] for c in doc["claims"]}
-    assert {"C1-mortality-none", "C2-readmission", "C3-ablation-readmission", "K9-redundancy"} <= ids
+    assert {"C1-mortality-none", "C2-readmission", "C3-ablation-readmission", "K9-redundancy", "C1-mlp-mortality",
+            "C4-reasoning-readmission"} <= ids
+    kinds = {r["kind"] for r in doc["details"]}
+    assert "mlp" in kinds and ("reasoner" in kinds) == (scale == "full")   # the decoder step runs in the full preset
     assert not (tmp_path / "book").exists()
     plan = experiment.plan(big)
     assert all(p["units"] > 0 for p in plan) and cli.plan_units(plan) > cli.plan_units(experiment.plan(smoke))
+
+
+def test_reasoner_step(setup):
+    "Step 3 in miniature: the expert's rationale ends in the label, the prediction is read back from text, and a tiny decoder trains, generates and is scored."
+    from iclr25_repro.kare.model import (MILD_OUTCOMES, SEVERE_OUTCOMES, asserted_links, expert_rationale, fit_reasoner, read_prediction,
+                                         reasoner_context, reasoner_target)
+    table, world, kg, comms, cohort, graphs, theme = setup
+    links = asserted_links(comms, kg, world)
+    picks = KARERetriever(comms, theme).retrieve_batch(graphs, 3)
+    y = cohort.labels["mortality"]
+    ctx = [reasoner_context(world, vs, picks[p], links) for p, vs in enumerate(cohort.visits)]
+    rat = [expert_rationale(world, vs, "mortality", y[p], picks[p], links) for p, vs in enumerate(cohort.visits)]
+    assert all(read_prediction(r.split()) == y[p] for p, r in enumerate(rat))
+    outcomes = [o.replace(" ", "_") for o in (*SEVERE_OUTCOMES, *MILD_OUTCOMES)] + ["mortality", "readmission"]
+    assert all(o not in c for c in ctx for o in outcomes)     # knowledge enters as mechanisms, never as outcomes
+    assert "knowledge" not in reasoner_context(world, cohort.visits[0])
+    assert reasoner_target(rat[0], "label") == f"# prediction # {y[0]}"
+    assert read_prediction("# prediction # maybe".split()) is None
+    with pytest.raises(ValueError, match="target kind"):
+        reasoner_target(rat[0], "other")
+    with pytest.raises(ValueError, match="task"):
+        expert_rationale(world, cohort.visits[0], "sepsis", 1)
+    split = np.where(np.arange(cohort.n) % 5 == 0, 1, 0)
+    split[np.r_[np.flatnonzero(y == 1)[:4], np.flatnonzero(y == 0)[:4]]] = 2     # a test set of both classes
+    out = fit_reasoner(ctx, rat, split, y, size=(1, 32, 2), epochs=1, max_test=8)
+    assert out["n_test"] == 8 and 0 <= out["unparseable"] <= 8 and out["params"] > 0
+    assert 0 <= out["accuracy"] <= 1 and 0 <= out["auroc"] <= 1
+    with pytest.raises(ValueError, match="one entry per patient"):
+        fit_reasoner(ctx[:-1], rat, split, y)
+    with pytest.raises(ValueError, match="mlp_arms"):
+        experiment.Config(reasoner=(("dense", "reasoning"),))

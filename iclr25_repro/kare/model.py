@@ -42,12 +42,13 @@ TEXT_TYPES = ("mechanism", "outcome", "course")
 # %% auto #0
 __all__ = ['CHAPTERS', 'MECHANISMS', 'SEVERE_OUTCOMES', 'MILD_OUTCOMES', 'COURSES', 'OUTCOME_WORDS', 'RELATIONS',
            'VOCABULARY_TYPES', 'TEXT_TYPES', 'THEMES', 'THRESHOLDS', 'TASKS', 'CS', 'ALPHAS', 'WEIGHT_DECAYS',
-           'icd_categories', 'World', 'make_world', 'icd_pool', 'all_surfaces', 'embedding_table', 'cluster_names',
-           'KG', 'build_kg', 'merge_report', 'Communities', 'leiden_communities', 'summarise', 'build_communities',
-           'Cohort', 'make_cohort', 'patient_text', 'concept_graphs', 'PatientGraphs', 'record_graphs',
-           'patient_graphs', 'oracle_graphs', 'KARERetriever', 'dense_retrieve', 'pick_precision', 'redundancy',
-           'code_features', 'asserted_links', 'assertion_features', 'knowledge_features', 'binary_metrics',
-           'best_threshold', 'auroc', 'fit_predictor', 'visit_tensor', 'fit_gru']
+           'REASON_TARGETS', 'icd_categories', 'World', 'make_world', 'icd_pool', 'all_surfaces', 'embedding_table',
+           'cluster_names', 'KG', 'build_kg', 'merge_report', 'Communities', 'leiden_communities', 'summarise',
+           'build_communities', 'Cohort', 'make_cohort', 'patient_text', 'concept_graphs', 'PatientGraphs',
+           'record_graphs', 'patient_graphs', 'oracle_graphs', 'KARERetriever', 'dense_retrieve', 'pick_precision',
+           'redundancy', 'code_features', 'asserted_links', 'assertion_features', 'knowledge_features',
+           'binary_metrics', 'best_threshold', 'auroc', 'fit_predictor', 'visit_tensor', 'fit_gru', 'reasoner_context',
+           'expert_rationale', 'reasoner_target', 'read_prediction', 'fit_reasoner']
 
 # %% ../../nbs/kare/02_implementation.ipynb #65246443
 def icd_categories(chapters=CHAPTERS) -> list[dict]:
@@ -911,3 +912,170 @@ def fit_gru(cohort: Cohort, n_codes: int, y, epochs: int = 60, hidden: int = 32,
                 overall = (auc, pv, pt, (float(wd), ep + 1))
     _, pv, pt, chosen = overall
     return pt, best_threshold(yt[va].numpy(), pv), chosen
+
+# %% ../../nbs/kare/02_implementation.ipynb #ea5a0e01
+REASON_TARGETS = ("label", "reasoning", "weighted")   # label only; five-part rationale + label; the same, label token weighted
+
+
+def _word(name: str) -> str:
+    "A concept name as one token: 'insulin resistance' -> 'insulin_resistance'."
+    return name.replace(" ", "_").replace(",", "")
+
+
+def reasoner_context(world: World, visits, picks_row=None, links=None) -> str:
+    """The decoder's input: the visits as ICD-10-CM tokens marked new or continued (no outcome words), then, with
+    retrieval, what the picked summaries assert about the patient's own codes ('I21 ischemia_...'), or nothing."""
+    seen, parts = set(), []
+    for v, codes in enumerate(visits):
+        parts.append(f"visit {v + 1} : " + " ".join(f"{world.codes[c]['code']} {'cont' if c in seen else 'new'}" for c in codes))
+        seen |= set(codes)
+    text = "# visits # " + " ; ".join(parts)
+    if picks_row is not None:
+        pairs = sorted({(c, m) for k in picks_row for c, m in links[k] if c in seen})
+        text += " # knowledge # " + (" ; ".join(f"{world.codes[c]['code']} {_word(MECHANISMS[m][0])}" for c, m in pairs)
+                                     if pairs else "none")
+    return text
+
+
+def expert_rationale(world: World, visits, task: str, label: int, picks_row=None, links=None) -> str:
+    """The synthetic expert (the stand-in for the paper's Claude): it knows the generator's true mechanisms and the
+    label, and writes a five-part rationale ending in '# prediction # <label>': the patient, the retrieved
+    knowledge that is true of the patient's codes, the risk mechanisms (severe ones of the last visit for mortality,
+    chronic ones of any visit for readmission), the assessment, the prediction."""
+    if task not in TASKS:
+        raise ValueError(f"task must be one of {TASKS}, got {task!r}")
+    last, seen = set(visits[-1]), {c for v in visits for c in v}
+    true = {(c, m) for c in seen for m in world.links[c]}
+    if picks_row is not None:
+        known = sorted({(c, m) for k in picks_row for c, m in links[k]} & true)
+        know = " ; ".join(f"{world.codes[c]['code']} {_word(MECHANISMS[m][0])}" for c, m in known) or "none"
+    else:
+        know = "not retrieved"
+    if task == "mortality":
+        risk = sorted({m for c in last for m in world.links[c] if world.severe[m]})
+        kind = "severe"
+    else:
+        risk = sorted({m for c in seen for m in world.links[c] if world.chronic[m]})
+        kind = "chronic"
+    risky = " ; ".join(_word(MECHANISMS[m][0]) for m in risk) or "none"
+    verdict = "risk high" if label else "risk low"
+    return (f"# patient # {len(visits)} visits , {len(last)} codes last # relevant # {know} # {kind} # {risky} "
+            f"# assessment # {len(risk)} {kind} , {verdict} # prediction # {int(label)}")
+
+
+def reasoner_target(rationale: str, kind: str) -> str:
+    "The SFT target of one sample: the whole rationale ('reasoning', 'weighted') or its last part only ('label')."
+    if kind not in REASON_TARGETS:
+        raise ValueError(f"target kind must be one of {REASON_TARGETS}, got {kind!r}")
+    return rationale if kind != "label" else rationale[rationale.index("# prediction #"):]
+
+
+def read_prediction(tokens: list[str]):
+    "The label a generated token list states after '# prediction #' (0 or 1), or None when it states none (unparseable)."
+    for i in range(len(tokens) - 3, -1, -1):
+        if tokens[i:i + 3] == ["#", "prediction", "#"] and tokens[i + 3] in ("0", "1"):
+            return int(tokens[i + 3])
+    return None
+
+
+def fit_reasoner(contexts: list[str], targets: list[str], split, y, size=(6, 512, 8), epochs: int = 4,
+                 label_weight: float = 1.0, max_len: int = 512, batch: int = 32, lr: float = 5e-4, seed: int = 0,
+                 device="cpu", max_test: int | None = None, gen_batch: int = 128) -> dict:
+    """Step 3 on a small decoder built from scratch (a transformers GPT-2 config: `size` = (layers, width, heads);
+    nothing downloaded): a word-level vocabulary from the training texts, SFT on train (loss on the target tokens
+    only; the label token's loss times `label_weight`), the epoch of lowest validation loss kept, then greedy
+    generation on test; the prediction is read from the generated text (`read_prediction`). AUROC reads the
+    probability of '1' against '0' where the label token was generated. On a GPU the forward passes run in bfloat16
+    autocast. Returns the test metrics (an unparseable
+    output counts as a wrong label and scores 0.5), the number unparseable, the parameter count and an example."""
+    import torch
+    from transformers import GPT2Config, GPT2LMHeadModel
+    split, y = np.asarray(split), np.asarray(y)
+    if not (len(contexts) == len(targets) == len(split) == len(y)):
+        raise ValueError("contexts, targets, split and y must have one entry per patient")
+    if epochs < 1 or label_weight <= 0:
+        raise ValueError(f"epochs must be at least 1 and label_weight positive, got {epochs}, {label_weight}")
+    dev = torch.device(device)
+    tr, va, te = (np.flatnonzero(split == k) for k in (0, 1, 2))
+    te = te[:max_test] if max_test else te
+    vocab = ["<pad>", "<unk>", "<eos>"] + sorted({w for i in tr for w in (contexts[i] + " " + targets[i]).split()} | {"0", "1"})
+    ids = {w: i for i, w in enumerate(vocab)}
+    enc = lambda s: [ids.get(w, 1) for w in s.split()]
+    lab = len("# prediction #".split())
+
+    def sample(i):                        # (tokens, loss weights): context tokens weigh 0, the label token label_weight
+        c, t = enc(contexts[i]), enc(targets[i]) + [2]
+        c = c[-(max_len - len(t)):]
+        w = [0.0] * len(c) + [1.0] * len(t)
+        w[len(c) + len(t) - 2] = label_weight   # the token before <eos> is the label
+        return c + t, w
+
+    def batches(idx, rng=None):
+        idx = rng.permutation(idx) if rng is not None else idx
+        for s in range(0, len(idx), batch):
+            rows = [sample(i) for i in idx[s:s + batch]]
+            L = max(len(r[0]) for r in rows)
+            x = torch.zeros(len(rows), L, dtype=torch.long)
+            w = torch.zeros(len(rows), L)
+            for j, (t, ww) in enumerate(rows):
+                x[j, :len(t)], w[j, :len(t)] = torch.tensor(t), torch.tensor(ww)
+            yield x.to(dev), w.to(dev)
+
+    def loss_of(model, x, w):
+        with torch.autocast(device_type=dev.type, dtype=torch.bfloat16, enabled=dev.type == "cuda"):
+            logits = model(input_ids=x, attention_mask=(x != 0).long()).logits[:, :-1].float()
+        ce = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), x[:, 1:].reshape(-1), reduction="none")
+        return (ce * w[:, 1:].reshape(-1)).sum() / w[:, 1:].gt(0).sum()
+
+    layers, width, heads = size
+    torch.manual_seed(seed)
+    model = GPT2LMHeadModel(GPT2Config(vocab_size=len(vocab), n_positions=max_len, n_embd=width, n_layer=layers,
+                                       n_head=heads, bos_token_id=2, eos_token_id=2, pad_token_id=0)).to(dev)
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01)
+    rng, best = np.random.default_rng(seed), (np.inf, None)
+    for ep in range(epochs):
+        model.train()
+        for x, w in batches(tr, rng):
+            opt.zero_grad()
+            loss_of(model, x, w).backward()
+            opt.step()
+        model.eval()
+        with torch.no_grad():
+            v = float(np.mean([loss_of(model, x, w).item() for x, w in batches(va)]))
+        if v < best[0]:
+            best = (v, {k: t.detach().clone() for k, t in model.state_dict().items()})
+    model.load_state_dict(best[1])
+    # greedy generation, left-padded batches; the answer starts after the context
+    prefix = [enc(contexts[i])[-(max_len // 2):] for i in te]
+    n_new = max(len(enc(targets[i])) for i in tr) + 8
+    preds, scores, texts = [], [], []
+    one, zero = ids["1"], ids["0"]
+    for s in range(0, len(te), gen_batch):
+        rows = prefix[s:s + gen_batch]
+        L = max(map(len, rows))
+        x = torch.tensor([[0] * (L - len(r)) + r for r in rows], device=dev)
+        att = (torch.arange(L, device=dev)[None] >= torch.tensor([L - len(r) for r in rows], device=dev)[:, None]).long()
+        with torch.no_grad(), torch.autocast(device_type=dev.type, dtype=torch.bfloat16, enabled=dev.type == "cuda"):
+            out = model.generate(input_ids=x, attention_mask=att, max_new_tokens=n_new, do_sample=False,
+                                 pad_token_id=0, eos_token_id=2, output_scores=True, return_dict_in_generate=True)
+        gen = out.sequences[:, L:].tolist()
+        for j, g in enumerate(gen):
+            toks = [vocab[t] for t in g if t not in (0, 2)]
+            p = read_prediction(toks)
+            pos = [k for k, t in enumerate(g) if t in (one, zero) and k >= lab and
+                   [vocab[u] for u in g[k - lab:k]] == "# prediction #".split()]
+            if p is None or not pos:
+                preds.append(None)
+                scores.append(0.5)
+            else:
+                lg = out.scores[pos[-1]][j]
+                preds.append(p)
+                scores.append(float(torch.softmax(lg[[zero, one]].float(), 0)[1]))
+            texts.append(" ".join(toks))
+    yt = y[te]
+    unparse = sum(p is None for p in preds)
+    label = np.array([1 - t if p is None else p for p, t in zip(preds, yt)])
+    m = binary_metrics(yt, label, 0.5)
+    m.update({k: v for k, v in binary_metrics(yt, np.array(scores), 0.5).items() if k in ("auroc", "auprc")})
+    return dict(**m, unparseable=int(unparse), n_test=len(te), params=int(sum(p.numel() for p in model.parameters())),
+                val_loss=float(best[0]), example=texts[0] if texts else "")
