@@ -262,16 +262,20 @@ def test_config_bad_inputs():
             experiment.Config.preset("tiny", **bad)
 
 
-def _rows(fd_base, fd_pf, fd_orders, utility_pf=(0.3, 0.3, 0.3), adult=None, utility_matched=(0.3, 0.3, 0.3)):
+def _rows(fd_base, fd_pf, fd_orders, utility_pf=(0.3, 0.3, 0.3), adult=None, utility_matched=(0.3, 0.3, 0.3),
+          base_share=((0.2, 0.2),) * 3):
     """Rows of the blob world and the DP-SGD mixture with the given per-seed FDs and PFGuard utility distances (the
     base's 0.3); with `adult` (a dict of per-seed arrays: eo_b, eo_p, acc_b, acc_p, majority) an Adult world too.
-    Every other metric equal across arms."""
+    `base_share`: the base's generated minority share per seed and class (the data's is 0.2 in each class). Every
+    other metric equal across arms."""
     rows = []
     for s, (b, p) in enumerate(zip(fd_base, fd_pf)):
         worlds = ["blobs"] + (["adult"] if adult else [])
         for world in worlds:
             for arm, fd in (("base", b), ("PFGuard", p), ("naive duplication", p), ("non-private fair", p)):
                 r = dict(world=world, seed=s, arm=arm, n_teachers=10, fd=fd, data_fd=0.3,
+                         share_per_class=list(base_share[s]) if arm == "base" else [0.5, 0.5],
+                         data_share_per_class=[0.2, 0.2], dp_gap=0.1,
                          utility=0.3 if arm == "base" else utility_pf[s],
                          epsilon=(None if arm == "non-private fair" else 20.0 if arm == "naive duplication" else 10.0))
                 if world == "adult":
@@ -409,6 +413,21 @@ def test_tiny_run():
     world_rows = [r for r in out["rows"] if r["world"] != "blobs, DP-SGD"]
     assert {r["arm"] for r in world_rows} == set(experiment.ARMS)
     assert all(0 <= r["fd"] <= 1 for r in out["rows"])
+    assert all(np.isfinite(r["dp_gap"]) or np.isnan(r["accuracy"]) for r in world_rows)
+    assert all(len(r["data_share_per_class"]) == 2 for r in world_rows)
+    assert all(len(c["gates"]) == 1 for c in out["claims"] if c["id"].startswith("C1-"))
+
+
+def test_adult_encoding():
+    "Adult's tabular encoding: binary columns -1/+1 with the sex column's sign the group; numeric columns as halved normal scores."
+    d = experiment.adult_world(0, 2000, 500)
+    assert d["x"].shape == (2000, 6) and d["x_test"].shape == (500, 6) and d["x"].dtype == np.float32
+    assert set(np.unique(d["x"][:, 4:])) == {-1.0, 1.0}
+    assert np.array_equal(d["x"][:, 5] > d["sex_cut"], d["z"] == 1)
+    assert np.array_equal(d["x_test"][:, 5] > d["sex_cut"], d["z_test"] == 1)
+    age = d["x"][:, 0]
+    assert abs(np.median(age)) < 0.05 and 0.3 < age.std() < 0.7 and np.abs(d["x"][:, :4]).max() < 3
+    assert np.array_equal(experiment.adult_world(0, 2000, 500)["x"], d["x"])   # deterministic
 
 
 def test_dpsgd_job_matched_epsilon_and_sweep():
@@ -489,3 +508,52 @@ def test_make_arms_copies_and_epsilons():
     assert np.array_equal(counts, np.rint(r / r[z == 0].min()).astype(int))  # minority copied about 4 times
     assert spread[2] == max_partitions_per_record(naive.parts, 2000) > 1
     assert gswgan_epsilon(20, cfg.sigma, 100, 32, copies=spread[2]) > gswgan_epsilon(20, cfg.sigma, 100, 32)
+
+
+def test_c1_coverage_gate():
+    "C1 is not run when the base collapses onto the majority group in one (seed, class); a base at half the share runs."
+    fd = [0.3, 0.3, 0.3]
+    collapsed = ((0.2, 0.2), (0.2, 0.0), (0.2, 0.2))
+    c = _claims([0.5, 0.5, 0.5], [0.05, 0.05, 0.05], dict(none=fd, before=fd, after=fd), base_share=collapsed)
+    assert c["C1-blobs"]["verdict"] == "not_run"
+    (g,) = c["C1-blobs"]["gates"]
+    assert not g["passed"] and g["value"] == 0.0 and g["threshold"] == experiment.COVERAGE_FLOOR
+    c = _claims([0.5, 0.5, 0.5], [0.05, 0.06, 0.04], dict(none=fd, before=fd, after=fd),
+                base_share=((0.1, 0.2), (0.2, 0.3), (0.2, 0.2)))
+    assert c["C1-blobs"]["verdict"] == "reproduced" and c["C1-blobs"]["gates"][0]["value"] == pytest.approx(0.5)
+
+
+def test_downstream_gaps_match_their_definitions():
+    "fairlearn's demographic-parity and equalized-odds gaps of the downstream classifier, against the definitions."
+    rng = np.random.default_rng(0)
+    x, y, z = experiment.blobs(600, rng)
+    xt, yt, zt = experiment.blobs(800, rng)
+    feat = lambda x, z: np.c_[x[:, 0] + rng.normal(0, 1.0, len(x)) + 0.8 * z]  # noisy class signal, shifted by group
+    f_syn, f_test = feat(x, z), feat(xt, zt)
+    out = experiment.downstream(f_syn, y, f_test, yt, zt)
+    from sklearn.linear_model import LogisticRegression
+    pred = LogisticRegression(max_iter=2000).fit(f_syn, y).predict(f_test)
+    rate = lambda m: pred[m].mean()
+    assert out["dp_gap"] == pytest.approx(abs(rate(zt == 0) - rate(zt == 1)))
+    eo = max(abs(rate((zt == 0) & (yt == c)) - rate((zt == 1) & (yt == c))) for c in (0, 1))
+    assert out["eo_gap"] == pytest.approx(eo)
+    assert out["accuracy"] == pytest.approx((pred == yt).mean()) and out["majority_rate"] == max(yt.mean(), 1 - yt.mean())
+    assert out["dp_gap"] > 0.1 and out["eo_gap"] > 0.1          # the group shift shows in both gaps
+    assert np.isnan(experiment.downstream(x, np.zeros_like(y), xt, yt, zt)["dp_gap"])
+
+
+def test_sliced_wasserstein_closed_form_and_pot():
+    """Two unit Gaussians a shift m apart: on direction u the projections are N(0, 1) and N(u.m, 1), W1 = |u.m|, so the
+    sliced W1 over uniform directions is |m| E|u_1| = |m| Gamma(d/2) / (sqrt(pi) Gamma((d+1)/2)); and POT agrees."""
+    from scipy.special import gamma
+    rng = np.random.default_rng(0)
+    for d in (2, 5):
+        m = np.r_[1.5, np.zeros(d - 1)]
+        a, b = rng.normal(size=(4000, d)), rng.normal(size=(4000, d)) + m
+        exact = 1.5 * gamma(d / 2) / (np.sqrt(np.pi) * gamma((d + 1) / 2))
+        assert sliced_wasserstein(a, b, n_proj=400) == pytest.approx(exact, rel=0.05), d
+    ot = pytest.importorskip("ot")
+    a, b = rng.normal(size=(2000, 4)), rng.normal(1.0, 2.0, (2000, 4))
+    ours = sliced_wasserstein(a, b, n_proj=400)
+    theirs = ot.sliced_wasserstein_distance(a, b, n_projections=400, p=1, seed=0)
+    assert ours == pytest.approx(theirs, rel=0.05)
