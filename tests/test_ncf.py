@@ -9,8 +9,8 @@ import torch
 from torch.func import jvp
 
 from iclr25_repro.ncf import experiment
-from iclr25_repro.ncf.model import (NCF, CoDAField, ContextField, csm_field, generate, glycolytic_system,
-                                    lotka_volterra_system, rk4, selkov_system)
+from iclr25_repro.ncf.model import (BT_GRID, NCF, CAVIAField, CoDAField, ContextField, brusselator, brusselator_system,
+                                    csm_field, generate, glycolytic_system, lotka_volterra_system, rk4, selkov_system)
 
 
 @pytest.fixture(scope="module")
@@ -394,12 +394,12 @@ def test_a_user_supplied_field_trains(lv_data):
 
 
 def _results(ofa_id, ncf_id, ncf_ood, ctx_ood, r2, ncf_sharp, ctx_sharp, ncf="NCF-joint", system="lotka-volterra",
-             coda_ood=None, coda_id=None):
-    "Synthetic per-seed results: one row per (model, seed); CoDA-lite rows where `coda_ood` is given."
+             coda_ood=None, coda_id=None, meta="CoDA-lite"):
+    "Synthetic per-seed results: one row per (model, seed); rows of the meta-learning baseline `meta` where `coda_ood` is given."
     out = []
     for k in range(len(ncf_ood)):
         if coda_ood is not None:
-            out.append(dict(system=system, member=k, history=[1.0, 0.5], model="CoDA-lite", ood_mse=coda_ood[k],
+            out.append(dict(system=system, member=k, history=[1.0, 0.5], model=meta, ood_mse=coda_ood[k],
                             id_mse=(coda_id or ncf_id)[k], contexts=[[1.0]] * 9, context_r2={"a": 0.5, "b": 0.5}))
         common = dict(system=system, member=k, history=[1.0, 0.5])
         out.append(dict(common, model="one-for-all", id_mse=ofa_id[k], ood_mse=0.1))
@@ -479,15 +479,17 @@ def test_the_fit_gate_leaves_c1_c2_and_c4_undecided():
             jsonschema.validate(c, CLAIM_SCHEMA)
 
 
-def test_c5_against_coda_lite_gives_every_verdict_and_is_gated_on_codas_fit():
+@pytest.mark.parametrize("meta, cid", [("CoDA-lite", "C5-coda"), ("CAVIA-FiLM", "C6-cavia")])
+def test_c5_c6_against_a_meta_learning_baseline_give_every_verdict_and_are_gated_on_its_fit(meta, cid):
     n, base = [0.001, 0.002, 0.004], ([0.01, 0.02, 0.04], [0.001, 0.002, 0.004], [1, 2, 4], [2, 4, 8], [0.9] * 3,
                                       [0.5] * 3, [1] * 3)
     def c5(ncf_ood, coda_ood, coda_id=None, k=3):
         a = [x[:k] for x in base]
         a[2] = ncf_ood
-        rs = _results(*a, coda_ood=coda_ood, coda_id=coda_id)
-        return next(c for c in experiment.make_claims(rs, ("lotka-volterra",), {"lotka-volterra": 1e-8})
-                    if c["id"] == "C5-coda")
+        rs = _results(*a, coda_ood=coda_ood, coda_id=coda_id, meta=meta)
+        claims = experiment.make_claims(rs, ("lotka-volterra",), {"lotka-volterra": 1e-8})
+        assert {"C5-coda", "C6-cavia"} - {c["id"] for c in claims} == {"C5-coda", "C6-cavia"} - {cid}
+        return next(c for c in claims if c["id"] == cid)
     assert c5([1, 2, 4], [2.1, 3.9, 8.2])["verdict"] == "reproduced"
     assert c5([1, 2, 4], [1.1, 2.2, 4.5])["verdict"] == "partial"
     assert c5([1, 2, 4], [0.5, 4, 9])["verdict"] == "inconclusive"
@@ -587,7 +589,7 @@ def test_full_preset_plan_and_smoke(tmp_root):
     from iclr25_repro.core import cli
     full = experiment.Config.preset("full")
     phases = experiment.plan(full)
-    assert len(phases) == len(experiment.jobs_for(full)) == 10
+    assert len(phases) == len(experiment.jobs_for(full)) == 18  # 3 systems x 6 models
     from iclr25_repro.core.cli import estimate_wall
     est = estimate_wall("ncf", "full", measure=False)
     assert est["seconds"] <= 600, est  # the full preset's dry-run estimate fits 10 minutes on one GPU
@@ -597,7 +599,8 @@ def test_full_preset_plan_and_smoke(tmp_root):
     assert doc["scale"] == "full" and doc["config"]["smoke"] is True
     ids = {c["id"] for c in doc["claims"]}
     assert {"C2-csm-ood", "C2-csm-ood-glycolytic", "C5-coda", "C5-coda-glycolytic", "C2-csm-ood-t2", "K3-integrator",
-            "K3-integrator-glycolytic"} <= ids
+            "K3-integrator-glycolytic", "C6-cavia", "C6-cavia-brusselator", "C2-csm-ood-brusselator",
+            "K3-integrator-brusselator"} <= ids
     assert all(("NCF-t2" if c["id"].endswith("-t2") else "NCF-t1") in c["metric"] for c in doc["claims"]
                if c["id"].startswith("C"))
     assert not (tmp_root / "book" / "results").exists()
@@ -611,7 +614,7 @@ def tiny_run():
 
 def test_tiny_run(tiny_run):
     cfg, out = tiny_run
-    assert [c["id"].split("-")[0] for c in out["claims"]] == ["C1", "C2", "C5", "C3", "C4", "K1", "K2", "K3"]
+    assert [c["id"].split("-")[0] for c in out["claims"]] == ["C1", "C2", "C5", "C6", "C3", "C4", "K1", "K2", "K3"]
     assert len(out["rows"]) == len(cfg.models) * cfg.members
     for r in out["rows"]:
         assert math.isfinite(r["id_mse"]) and math.isfinite(r["ood_mse"])
@@ -632,10 +635,11 @@ def test_laptop_preset_plan_dry_run_and_smoke(tmp_root):
         experiment.data_seeds(ci))
     assert sum(p["units"] for p in experiment.plan(laptop)) > 5 * sum(p["units"] for p in experiment.plan(ci))
     text = cli.dry_run("ncf", "laptop", measure=False)
-    assert "CoDA-lite" in text and "members" in text
+    assert "CoDA-lite" in text and "CAVIA-FiLM" in text and "members" in text
     doc = cli.run_experiment("ncf", "laptop", "cpu", 0, smoke=True)
     assert doc["scale"] == "laptop" and doc["config"]["smoke"] is True
-    assert {"C1-contexts", "C2-csm-ood", "C5-coda", "C3-interpretable", "C4-uncertainty"} <= {c["id"] for c in doc["claims"]}
+    assert {"C1-contexts", "C2-csm-ood", "C5-coda", "C6-cavia", "C3-interpretable", "C4-uncertainty"} <= {
+        c["id"] for c in doc["claims"]}
     assert not (tmp_root / "book" / "results").exists()
 
 
@@ -666,3 +670,120 @@ def test_coda_adaptation_starts_from_the_shared_weights(lv_data):
     with pytest.raises(ValueError, match="adapt_init"):
         make("uniform")
     assert experiment.build("CoDA-lite", 2, 9, experiment.Config.preset("ci")).adapt_init == "zeros"
+
+
+def test_cavia_field_rows_equal_the_film_modulated_mlp_and_zero_context_gives_the_shared_network():
+    torch.manual_seed(0)
+    f = CAVIAField(2, 3, width=8, members=2).double()
+    x, xi = torch.randn(2, 5, 2, dtype=torch.float64), torch.randn(2, 5, 3, dtype=torch.float64)
+    out = f(x, xi)
+    for m in range(2):
+        for r in range(5):
+            a = x[m, r]
+            for l in range(4):
+                z = f.base.weights[l][m] @ a + f.base.biases[l][m, 0]
+                if l < 3:
+                    g = xi[m, r] @ f.film[l][m]
+                    z = (1 + g[:8]) * z + g[8:]
+                    z = z * torch.sigmoid(f.base.betas[l][m, 0] * z)
+                a = z
+            assert torch.allclose(out[m, r], a, atol=1e-12)
+    assert torch.allclose(f(x, torch.zeros_like(xi)), f.base(x))
+    with pytest.raises(ValueError):
+        CAVIAField(2, 0)
+    with pytest.raises(ValueError):
+        f(x, xi[..., :2])
+    m = experiment.build("CAVIA-FiLM", 2, 9, experiment.Config.preset("tiny"))
+    assert isinstance(m.field, CAVIAField) and m.adapt_init == "zeros" and m.self_pool
+    assert experiment._fit_mode("CAVIA-FiLM", experiment.Config())["mode"] == "cavia"
+
+
+def _cavia_model(members=1, dtype=torch.float32):
+    torch.manual_seed(0)
+    m = NCF(2, 9, context_dim=3, order=0, pool=1, self_pool=True, width=8, members=members, method="midpoint",
+            adapt_init="zeros", field=lambda: CAVIAField(2, 3, width=8, members=members))
+    return m.to(dtype)
+
+
+def test_cavia_inner_loop_adapts_only_the_contexts(lv_data):
+    lv, tr, t = lv_data
+    m = _cavia_model()
+    weights = [p.detach().clone() for p in m.field.parameters()]
+    kept = m.contexts.detach().clone()
+    data, pools = torch.as_tensor(tr), m.draw_pools(torch.Generator())
+    ctx = m.cavia_inner(data, t, pools, steps=3, lr=0.3, create_graph=False)
+    assert all(torch.equal(p, w) for p, w in zip(m.field.parameters(), weights))  # theta untouched
+    assert torch.equal(m.contexts, kept) and ctx.abs().sum() > 0                   # fresh contexts from zero
+    with torch.no_grad():
+        before = m.data_term(data, t, pools, torch.zeros_like(ctx)).item()
+        after = m.data_term(data, t, pools, ctx).item()
+    assert after < before
+    # one inner step by hand: xi = 0 - lr * grad of each environment's own MSE
+    z = torch.zeros_like(m.contexts, requires_grad=True)
+    per_env = [m.data_term(data[e:e + 1].expand(9, *data.shape[1:]), t, pools, z[:, e:e + 1].expand(1, 9, 3))
+               for e in range(9)]
+    grads = torch.stack([torch.autograd.grad(pe.sum(), z)[0][0, e] for e, pe in enumerate(per_env)])
+    one = m.cavia_inner(data, t, pools, steps=1, lr=0.3, create_graph=False)
+    assert torch.allclose(one[0], -0.3 * grads, atol=1e-6)
+
+
+def test_cavia_outer_gradient_flows_through_the_inner_steps(lv_data):
+    lv, tr, t = lv_data
+    m = _cavia_model(dtype=torch.float64)
+    data, t64, pools = torch.as_tensor(tr[:, :, :8], dtype=torch.float64), t[:8].double(), m.draw_pools(torch.Generator())
+    params = list(m.field.parameters())
+    outer = lambda cg: m.data_term(data, t64, pools, m.cavia_inner(data, t64, pools, 2, 0.5, create_graph=cg)).sum()
+    second = torch.autograd.grad(outer(True), params)
+    first = torch.autograd.grad(outer(False), params)
+    v = [torch.randn_like(p) for p in params]
+    eps = 1e-5
+    def shifted(sign):
+        with torch.no_grad():
+            for p, d in zip(params, v):
+                p.add_(sign * eps * d)
+        val = outer(False).item()
+        with torch.no_grad():
+            for p, d in zip(params, v):
+                p.sub_(sign * eps * d)
+        return val
+    fd = (shifted(1) - shifted(-1)) / (2 * eps)      # the derivative of the whole bilevel loss along v
+    dot = lambda g: sum((a * b).sum() for a, b in zip(g, v)).item()
+    assert dot(second) == pytest.approx(fd, rel=1e-5)                 # second order: the true gradient
+    assert abs(dot(first) - fd) > 1e-3 * abs(fd)                       # first order drops the inner steps' part
+
+
+def test_cavia_fits_a_trained_environment(lv_data):
+    lv, tr, t = lv_data
+    m = _cavia_model()
+    hist = m.fit(tr, t, steps=60, mode="cavia", lr=2e-2, cavia_steps=2, cavia_lr=1.0, cosine=True, seed=0)
+    data, pools = torch.as_tensor(tr), m.draw_pools(torch.Generator())
+    with torch.no_grad():
+        kept = m.data_term(data, t, pools, m.contexts).item()
+        zero = m.data_term(data, t, pools, torch.zeros_like(m.contexts)).item()
+    assert hist[-1, 0] < hist[0, 0] / 3 and kept < zero      # it learned, and the contexts carry the environments
+    assert kept == pytest.approx(hist[-1, 0], rel=0.3)       # the kept contexts are the inner loop's on the trained weights
+    with pytest.raises(ValueError):
+        NCF(2, 9, context_dim=3, pool=3).fit(tr, t, steps=1, mode="cavia")  # CAVIA needs self_pool
+
+
+def test_brusselator_physics_and_data():
+    from scipy.ndimage import laplace
+    from iclr25_repro.ncf.model import _laplacian
+    u = np.random.default_rng(0).normal(size=(BT_GRID, BT_GRID, 2))
+    assert np.allclose(_laplacian(u, BT_GRID), np.stack([laplace(u[..., k], mode="wrap") for k in range(2)], -1))
+    bt = brusselator_system()
+    assert len(bt.train_envs) == 9 and len(bt.adapt_envs) == 4 and all(p["b"] > 1 + p["a"] ** 2 for p in bt.train_envs)
+    p = bt.train_envs[0]
+    y_star = np.concatenate([np.full(BT_GRID ** 2, p["a"]), np.full(BT_GRID ** 2, p["b"] / p["a"])])[:, None]
+    assert np.abs(np.asarray(brusselator(0.0, y_star, *p.values()))).max() < 1e-12  # the uniform fixed point
+    y = np.random.default_rng(1).uniform(0.5, 2, size=(2 * BT_GRID ** 2, 3))
+    # diffusion conserves each species' total: the reaction terms alone change it
+    rates = np.asarray(brusselator(0.0, y, *p.values()))
+    uu, vv = y[:BT_GRID ** 2], y[BT_GRID ** 2:]
+    assert np.allclose(rates[:BT_GRID ** 2].sum(0), (p["a"] - (p["b"] + 1) * uu + uu * uu * vv).sum(0))
+    assert np.allclose(rates, torch.stack(brusselator(0.0, torch.as_tensor(y), *p.values())).numpy())
+    d = generate(bt, "adapt", 1, seed=0)
+    assert d.shape == (4, 1, 10, 2 * BT_GRID ** 2) and np.isfinite(d).all() and (d > 0).all()
+    data = {"system": bt, "test": generate(bt, "train", 2, seed=3)[None].astype(np.float32), "t": bt.t}
+    cfg = experiment.Config.preset("full")
+    assert experiment.true_field_mse(data, cfg, "brusselator") < 1e-5   # the full preset's 4 RK4 substeps suffice

@@ -16,9 +16,9 @@ import torch.nn as nn
 from torch.func import functional_call, jvp, stack_module_state, vmap
 
 # %% auto #0
-__all__ = ['GO_IC_RANGE', 'SYSTEMS', 'MLP', 'ContextField', 'csm_field', 'StackedField', 'rk4', 'lotka_volterra', 'glycolytic',
-           'selkov', 'System', 'lotka_volterra_system', 'glycolytic_system', 'selkov_system', 'generate', 'NCF',
-           'CoDAField']
+__all__ = ['GO_IC_RANGE', 'BT_GRID', 'SYSTEMS', 'MLP', 'ContextField', 'csm_field', 'StackedField', 'rk4', 'lotka_volterra',
+           'glycolytic', 'selkov', 'System', 'lotka_volterra_system', 'glycolytic_system', 'selkov_system',
+           'brusselator', 'brusselator_system', 'generate', 'NCF', 'CoDAField', 'CAVIAField']
 
 # %% ../../nbs/ncf/02_implementation.ipynb #112ab44e
 def _uniform(shape, bound: float, generator=None) -> nn.Parameter:
@@ -245,7 +245,32 @@ def selkov_system() -> System:
     return System("Sel'kov model", selkov, envs(train_b), envs((-1.25, -0.65, -0.05, 0.02, 0.6, 1.2)),
                   np.linspace(0, 40, 11), np.array([0.0, 0.0]), np.array([3.0, 3.0]), ("b",))
 
-SYSTEMS = {"lotka-volterra": lotka_volterra_system, "glycolytic": glycolytic_system, "selkov": selkov_system}
+BT_GRID = 8  # the Brusselator's periodic grid: BT_GRID x BT_GRID cells of side 1, two species (state 2 BT_GRID^2)
+
+def _laplacian(u, n: int):
+    "Five-point Laplacian on a periodic n x n grid of unit spacing; u: (n, n, batch), numpy or torch."
+    up, down = [n - 1] + list(range(n - 1)), list(range(1, n)) + [0]
+    return u[up] + u[down] + u[:, up] + u[:, down] - 4 * u
+
+def brusselator(t, y, a, b, Du, Dv):
+    """The Brusselator reaction-diffusion system on a periodic grid: du/dt = Du lap(u) + a - (b + 1) u + u^2 v,
+    dv/dt = Dv lap(v) + b u - u^2 v; y: (2 n^2, batch), u's cells first, numpy or torch."""
+    n = BT_GRID
+    u, v = y[:n * n].reshape(n, n, -1), y[n * n:].reshape(n, n, -1)
+    uuv = u * u * v
+    du = Du * _laplacian(u, n) + a - (b + 1) * u + uuv
+    dv = Dv * _laplacian(v, n) + b * u - uuv
+    return [c for w in (du, dv) for c in w.reshape(n * n, -1)]
+
+def brusselator_system() -> System:
+    envs = lambda avals, bvals: [dict(a=a, b=b, Du=0.05, Dv=0.2) for a in avals for b in bvals]
+    n2 = BT_GRID * BT_GRID
+    return System("Brusselator", brusselator, envs((0.75, 1.0, 1.25), (2.75, 3.0, 3.25)),
+                  envs((0.875, 1.375), (2.875, 3.375)), np.arange(10) * 0.5,
+                  np.array([0.5] * n2 + [2.0] * n2), np.array([1.5] * n2 + [4.0] * n2), ("a", "b"))
+
+SYSTEMS = {"lotka-volterra": lotka_volterra_system, "glycolytic": glycolytic_system, "selkov": selkov_system,
+           "brusselator": brusselator_system}
 
 def generate(system: System, split: str, n_traj: int, seed: int = 0, rtol: float = 1e-9) -> np.ndarray:
     """Trajectories of shape (n_envs, n_traj, len(t), d): split 'train' or 'adapt' environments; seed picks the ICs.
@@ -364,42 +389,53 @@ class NCF(nn.Module):
         return torch.stack([torch.stack([torch.randperm(self.n_envs, generator=generator)[:self.pool]
                                          for _ in range(self.n_envs)]) for _ in range(self.members)]).to(dev)
 
-    def loss(self, data: torch.Tensor, t: torch.Tensor, pools: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        "Sum over members of each member's loss, and each member's data term (members,). `data` (envs, trajectories, times, d) is shared by the members; (members, envs, ...) gives each member its own."
+    def data_term(self, data: torch.Tensor, t: torch.Tensor, pools: torch.Tensor, ctx: torch.Tensor) -> torch.Tensor:
+        "Each member's data term (members,), differentiable, with the contexts `ctx` (members, envs, context_dim)."
         E, N, T, d = data.shape[-4:]
         M, P = self.members, pools.shape[2]
         data = data if data.ndim == 5 else data.unsqueeze(0).expand(M, E, N, T, d)
         x0 = data[:, :, :, 0].unsqueeze(2).expand(M, E, P, N, d).reshape(M, -1, d)
-        ctx = self.contexts
         xi_e = ctx.view(M, E, 1, 1, -1).expand(M, E, P, N, -1).reshape(M, E * P * N, -1)
         xi_j = torch.gather(ctx, 1, pools.reshape(M, E * P, 1).expand(M, E * P, ctx.shape[2]))
         xi_j = xi_j.view(M, E, P, 1, -1).expand(M, E, P, N, -1).reshape(M, E * P * N, -1)
         pred = self.integrate(x0, t, xi_e, xi_j, self.order).reshape(M, E, P, N, T, d)
-        data_term = ((pred - data.unsqueeze(2)) ** 2).mean(dim=(1, 2, 3, 4, 5))
+        return ((pred - data.unsqueeze(2)) ** 2).mean(dim=(1, 2, 3, 4, 5))
+
+    def loss(self, data: torch.Tensor, t: torch.Tensor, pools: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        "Sum over members of each member's loss, and each member's data term (members,). `data` (envs, trajectories, times, d) is shared by the members; (members, envs, ...) gives each member its own."
+        ctx = self.contexts
+        data_term = self.data_term(data, t, pools, ctx)
         total = data_term.sum()
         if self.context_dim:
             total = total + self.ctx_reg * ctx.abs().mean(dim=(1, 2)).sum()
-        total = total + self.weight_reg * _mean_square(self.field.parameters(), M).sum()
+        total = total + self.weight_reg * _mean_square(self.field.parameters(), self.members).sum()
         return total, data_term.detach()
 
     def fit(self, data, t, steps: int = 500, mode: str = "t1", lr: float = 3e-3, ctx_lr: float | None = None,
             inner: int = 10, prox: float = 100.0, joint: bool = False,
-            cosine: bool = False, seed: int = 0) -> np.ndarray:
+            cosine: bool = False, seed: int = 0, cavia_steps: int = 2, cavia_lr: float = 1.0,
+            first_order: bool = False) -> np.ndarray:
         """Train weights and contexts ('t1' alternating, 't2' proximal alternating); returns the data term per weight
         step and member, shape (weight steps, members) (t2 spends half its steps on the contexts). `data` is
         (envs, trajectories, times, d), shared by the members, or (members, envs, ...), one data set per member.
         `joint` (t1 only): one loss evaluation per step updates weights and contexts together (half the cost).
-        `cosine`: learning rates decay to zero along a cosine over the steps (the official code keeps them constant)."""
+        `cosine`: learning rates decay to zero along a cosine over the steps (the official code keeps them constant).
+        'cavia' (CAVIA, Zintgraf et al. 2019; self_pool models): every step starts each environment's context at zero,
+        takes `cavia_steps` plain gradient steps of size `cavia_lr` on the context alone (each environment's own MSE),
+        and updates the weights on the data term at the adapted contexts, the gradient flowing through the inner steps
+        (`first_order`: not through them); the contexts kept are the inner loop's from the trained weights."""
         data, t = self._tensor(data), self._tensor(t)
         self._check(data, t, self.n_envs, per_member=True)
-        if mode not in ("t1", "t2"):
-            raise ValueError(f"mode must be 't1' or 't2', got {mode!r}")
+        if mode not in ("t1", "t2", "cavia"):
+            raise ValueError(f"mode must be 't1', 't2' or 'cavia', got {mode!r}")
+        if mode == "cavia" and (not self.self_pool or self.context_dim == 0 or cavia_steps < 1):
+            raise ValueError("mode 'cavia' needs a context model with self_pool=True and cavia_steps >= 1")
         if steps < 1:
             raise ValueError(f"steps must be at least 1, got {steps}")
         g = torch.Generator().manual_seed(seed)
         theta = list(self.field.parameters())
         opt_w = torch.optim.Adam(theta, lr=lr)
-        opt_c = torch.optim.Adam([self.contexts], lr=ctx_lr or lr) if self.context_dim else None
+        opt_c = torch.optim.Adam([self.contexts], lr=ctx_lr or lr) if self.context_dim and mode != "cavia" else None
         history = []
         scheds = [torch.optim.lr_scheduler.CosineAnnealingLR(o, steps) for o in (opt_w, opt_c) if o and cosine]
         tick = lambda: [sc.step() for sc in scheds]
@@ -413,7 +449,21 @@ class NCF(nn.Module):
             opt.step()
             return data_term.cpu().numpy()
 
-        if mode == "t1" and joint:
+        if mode == "cavia":
+            pools, E = self.draw_pools(g), self.n_envs
+            for _ in range(steps):
+                ctx = self.cavia_inner(data, t, pools, cavia_steps, cavia_lr, create_graph=not first_order)
+                data_term = self.data_term(data, t, pools, ctx)
+                total = data_term.sum() + self.weight_reg * _mean_square(theta, self.members).sum()
+                opt_w.zero_grad()
+                total.backward()
+                opt_w.step()
+                history.append(data_term.detach().cpu().numpy())
+                tick()
+            adapted = self.cavia_inner(data, t, pools, cavia_steps, cavia_lr, create_graph=False).detach()
+            with torch.no_grad():
+                self.contexts.copy_(adapted)
+        elif mode == "t1" and joint:
             both = _Both(opt_w, opt_c)
             for _ in range(steps):
                 history.append(step(both, theta, None, self.draw_pools(g)))
@@ -437,6 +487,18 @@ class NCF(nn.Module):
                 for _ in range(2 * inner):
                     tick()
         return np.array(history)
+
+    def cavia_inner(self, data, t, pools, steps: int, lr: float, create_graph: bool = True) -> torch.Tensor:
+        "CAVIA's inner loop: contexts from zero after `steps` gradient steps on each environment's own data term."
+        ctx = torch.zeros_like(self.contexts, requires_grad=True)
+        for _ in range(steps):
+            # the data term is a mean over environments: times E, each context steps along its own environment's MSE
+            inner = self.data_term(data, t, pools, ctx).sum() * self.n_envs
+            (grad,) = torch.autograd.grad(inner, ctx, create_graph=create_graph)
+            ctx = ctx - lr * grad
+            if not create_graph:
+                ctx = ctx.detach().requires_grad_(True)
+        return ctx
 
     def _members_first(self, a: torch.Tensor, ndim: int) -> torch.Tensor:
         "Inputs shared by the members (`ndim` axes) or one per member (a leading member axis) -> with the member axis."
@@ -549,4 +611,40 @@ class CoDAField(nn.Module):
             outer = (a.unsqueeze(-1) * xi.unsqueeze(-2)).flatten(-2)                                 # (M, B, in * C)
             z = z + torch.bmm(outer, self.hyper_w[l].mT) + torch.bmm(xi, self.hyper_b[l].mT)         # (W xi)'s part
             a = z * torch.sigmoid(self.base.betas[l] * z) if l < n - 1 else z
+        return a[0] if squeeze else a
+
+# %% ../../nbs/ncf/02_implementation.ipynb #ca1a0002
+class CAVIAField(nn.Module):
+    """CAVIA-FiLM field f(x, xi): a Swish MLP of the state whose hidden pre-activations z are modulated as
+    (1 + A xi) * z + B xi (FiLM, linear in the context), for `members` independent fields at once (inputs
+    (members, batch, d), or (batch, d) for one member). Train it with `NCF.fit(mode="cavia")`."""
+    def __init__(self, state_dim: int, context_dim: int, width: int = 32, depth: int = 4, members: int = 1):
+        super().__init__()
+        if state_dim < 1 or context_dim < 1 or width < 1 or depth < 2 or members < 1:
+            raise ValueError(f"need state_dim >= 1, context_dim >= 1, width >= 1, depth >= 2, members >= 1; got "
+                             f"{state_dim}, {context_dim}, {width}, {depth}, {members}")
+        sizes = [state_dim] + [width] * (depth - 1) + [state_dim]
+        self.base = MLP(sizes, members)  # theta's network: nn.Linear's initialisation and learned Swish betas
+        # the FiLM maps of each hidden layer, (members, context_dim, 2 width): scale and shift, nn.Linear's bound
+        self.film = nn.ParameterList(_uniform((members, context_dim, 2 * width), 1 / math.sqrt(context_dim))
+                                     for _ in range(depth - 1))
+        self.state_dim, self.context_dim, self.members, self.width = state_dim, context_dim, members, width
+
+    def forward(self, x: torch.Tensor, xi: torch.Tensor) -> torch.Tensor:
+        squeeze = x.ndim == 2 and self.members == 1
+        if squeeze:
+            x, xi = x.unsqueeze(0), xi.unsqueeze(0)
+        if (x.ndim != 3 or x.shape[0] != self.members or x.shape[-1] != self.state_dim or xi.shape[-1] != self.context_dim
+                or x.shape[:-1] != xi.shape[:-1]):
+            raise ValueError(f"x ({self.members}, batch, {self.state_dim}) and xi ({self.members}, batch, "
+                             f"{self.context_dim}) must share their batch; got {tuple(x.shape)} and {tuple(xi.shape)}")
+        a, n = x, len(self.base.weights)
+        for l in range(n):
+            z = torch.baddbmm(self.base.biases[l], a, self.base.weights[l].mT)
+            if l < n - 1:
+                scale, shift = torch.bmm(xi, self.film[l]).split(self.width, dim=-1)
+                z = (1 + scale) * z + shift                                           # FiLM
+                a = z * torch.sigmoid(self.base.betas[l] * z)
+            else:
+                a = z
         return a[0] if squeeze else a
