@@ -17,7 +17,7 @@ from iclr25_repro.needles.model import (TASKS, AnswerDataset, add_lora, altered_
                                         NoMLP, pair_list_example, parse_dicts, parse_kv_answer, perplexity, random_numbers, reader_correct,
                                         accuracy_by_position, tiny_llama, token_count, word_tokenizer)
 
-CLAIM_IDS = {"C1", "C2", "C3", "C1-gentle", "C2-gentle", "C3-gentle", "K1", "K2", "K3"}
+CLAIM_IDS = {"C1", "C2", "C3", "C1-gentle", "C2-gentle", "C3-gentle", "C4-lora", "K1", "K2", "K3"}
 
 
 @pytest.fixture(scope="module")
@@ -356,6 +356,73 @@ def test_claim_rules_give_each_verdict():
     assert vg["C1-gentle"] == vg["C3-gentle"] == "reproduced"
 
 
+def test_c1_records_the_deciding_comparison():
+    "C1 (all_of over base and control): the recorded interval and baseline are those of the part that decides."
+    from iclr25_repro.needles import experiment as E
+    cfg, seeds = E.Config.preset("laptop"), [1, 2, 3, 4, 5]
+    base = [0.40, 0.42, 0.41, 0.39, 0.40]
+    up = lambda d, jit=0.005: [b + d + jit * (-1) ** i for i, b in enumerate(base)]
+    cb1, inj = [1.0, 0.99, 1.0, 0.99, 1.0], [0.8, 0.82, 0.79, 0.81, 0.8]
+    rec = lambda rows: {c["id"]: c for c in E.make_claims(rows, seeds, cfg, dict(short_acc=0.9, closed_book=1.0))}
+    worse_than_base = _rows(seeds, up(-0.10), up(-0.30), base, cb1, inj, up(0.0))  # above control, below base
+    c = rec(worse_than_base)["C1"]
+    assert c["verdict"] == "not_reproduced" and c["interval"]["hi"] < 0 and "acc_mid(base)" in c["interval"]["of"]
+    assert c["baseline"] == pytest.approx(np.mean(base))
+    equal_to_control = _rows(seeds, up(0.10), up(0.10), base, cb1, inj, up(0.0))   # above base, equal to control
+    c = rec(equal_to_control)["C1"]
+    assert c["verdict"] == "not_reproduced" and "length control" in c["interval"]["of"]
+    assert E.deciding_part([("reproduced", {"a": 1}), ("partial", {"b": 2}), ("partial", {"c": 3})]) == ("partial", {"b": 2})
+
+
+def test_verdicts_on_the_committed_laptop_numbers():
+    "make_claims on the committed laptop rows gives the verdicts recorded with them (one function for both regimes)."
+    import json
+    from iclr25_repro.core.results import repo_root
+    from iclr25_repro.needles import experiment as E
+    path = repo_root() / "book" / "results" / "needles" / "laptop.json"
+    if not path.is_file():
+        pytest.skip("no committed laptop run")
+    doc = json.loads(path.read_text())
+    cfg = E.Config(**{k: v for k, v in doc["config"].items() if k != "smoke"})
+    gates = {g["name"]: g["value"] for g in next(c for c in doc["claims"] if c["id"] == "C1")["gates"]}
+    base_gate = dict(short_acc=gates["base accuracy at 3-4 documents (held out)"],
+                     closed_book=gates["base closed-book recall"])
+    again = {c["id"]: c for c in E.make_claims(doc["details"], doc["seeds"], cfg, base_gate)}
+    for c in doc["claims"]:
+        if c["id"] in again:                          # a claim added after the run is not in its file
+            assert again[c["id"]]["verdict"] == c["verdict"], c["id"]
+            if c["kind"] == "claim":
+                assert again[c["id"]]["gates"] == c["gates"] and again[c["id"]]["delta"] == c["delta"], c["id"]
+    for cid in ("C1", "C1-gentle"):                  # the recorded interval decides the verdict
+        iv, c = again[cid]["interval"], again[cid]
+        assert E.decide(iv, c["delta"]) == c["verdict"]
+
+
+def _smol_rows(before, after):
+    return [dict(arm="smollm2", prompt=i, n_dicts=4, position=1 + i % 3, value_ok=b, exact_ok=False, lora_value_ok=a,
+                 lora_exact_ok=a, lora_loss_start=2.0, lora_loss_end=0.1) for i, (b, a) in enumerate(zip(before, after))]
+
+
+def test_lora_claim_rules():
+    from iclr25_repro.needles import experiment as E
+    cfg = E.Config.preset("full")
+    assert E.smol_lora_steps(cfg) == math.ceil(3 * 350 / 8) and E.smol_lora_steps(E.Config.preset("laptop")) == 0
+    assert E.DELTAS["C4-lora"][0] == 0.05                                    # fixed before its first run
+    n = 120
+    before = [i % 2 == 0 for i in range(n)]                                  # 0.50 before
+    c = E.lora_claim(_smol_rows(before, [True] * n), cfg)                    # 1.00 after: +0.5
+    assert c["verdict"] == "reproduced" and c["replicates"] == n and c["baseline"] == 0.5
+    c = E.lora_claim(_smol_rows(before, before), cfg)                        # no change
+    assert c["verdict"] == "not_reproduced"
+    c = E.lora_claim(_smol_rows([True] * n, [True] * n), cfg)                # no room before: gate
+    assert c["verdict"] == "not_run" and not c["gates"][0]["passed"]
+    c = E.lora_claim([dict(arm="smollm2", prompt=0, value_ok=True)], cfg)   # no LoRA at this scale
+    assert c["verdict"] == "not_run" and c["note"].startswith("Not run at this scale")
+    assert "unavailable" in E.lora_claim([dict(arm="smollm2", error="no wheel")], cfg)["note"]
+    with pytest.raises(ValueError, match="smol_lora"):
+        E.Config.preset("tiny", smol_lora_batch=0)
+
+
 def test_tiny_run_end_to_end():
     from iclr25_repro.needles import experiment as E
     out = E.run(E.Config.preset("tiny"))
@@ -365,6 +432,7 @@ def test_tiny_run_end_to_end():
     assert set(ids) == CLAIM_IDS
     assert all(ids[k]["verdict"] == "passed" for k in ("K1", "K2", "K3"))
     assert all(ids[k]["verdict"] == "not_run" for k in CLAIM_IDS if k[0] == "C")  # a base of 8 steps fails its gate
+    assert ids["C4-lora"]["note"].startswith("Not run at this scale")            # tiny runs no SmolLM2
     assert out["curve"] and set(out["base_gate"]) == {"short_acc", "closed_book"}
     cfg = E.Config.preset("tiny")                     # the gentle arms: the stated rate, and the steps of its epochs
     for s in out["seeds"]:
@@ -406,6 +474,11 @@ def test_preset_smoke(scale, tmp_path):
     assert {c["id"] for c in doc["claims"]} == CLAIM_IDS
     assert {r["arm"] for r in doc["details"]} == set(E.ARMS) | set(E.GENTLE_ARMS) | {"readers", "timing"}
     assert not (tmp_path / "book").exists()
+    lora = next(c for c in doc["claims"] if c["id"] == "C4-lora")
+    if scale == "full" and _smollm2_available():     # the LoRA finetune ran (2 steps) and was read on 3 prompts
+        assert lora["replicates"] == 3 and lora["ours"] is not None, lora["note"]
+    else:
+        assert lora["verdict"] == "not_run"
 
 
 def test_config_bad_inputs():

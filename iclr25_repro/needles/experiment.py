@@ -16,7 +16,7 @@ import torch
 
 from ..core.results import all_of, check, claim, decide, decide_within, gate, paired_interval, per_seed
 from ..core.runtime import ScaledConfig, effective_workers, map_jobs, one_thread, pick_device, workers_device
-from .model import (AnswerDataset, accuracy_by_position, altered_facts, answer_correct,
+from .model import (AnswerDataset, accuracy_by_position, add_lora, altered_facts, answer_correct,
                                         closed_book_recall, closed_book_set, fact_texts, fill_budget,
                                         first_document_reader, fit, generate_answers, kv_correct, kv_example, kv_set,
                                         length_control_example, length_matched_control, make_world, mdqa_example,
@@ -29,9 +29,10 @@ PAPER = {"title": "From Artificial Needles to Real Haystacks: Improving Retrieva
          "venue": "ICLR 2025", "arxiv": "2406.19292", "code": "https://github.com/edixiong/artificial-needles"}
 
 # %% auto #0
-__all__ = ['PAPER', 'ARMS', 'GENTLE', 'GENTLE_ARMS', 'DOC_TOKENS', 'GPU_UNITS_PER_S', 'DELTAS', 'PRESERVE', 'GATES', 'Config',
-           'build_tokenizer', 'short_range_set', 'train_base', 'finetune_sets', 'gentle_steps', 'evaluate', 'job',
-           'smollm2_rows', 'run', 'plan', 'make_claims', 'gentle_claims']
+__all__ = ['PAPER', 'ARMS', 'GENTLE', 'GENTLE_ARMS', 'DOC_TOKENS', 'GPU_UNITS_PER_S', 'SMOL_TOKEN_UNITS', 'GEN_TOKEN_UNITS',
+           'DELTAS', 'PRESERVE', 'GATES', 'REGIMES', 'Config', 'build_tokenizer', 'short_range_set', 'train_base',
+           'finetune_sets', 'gentle_steps', 'evaluate', 'job', 'smollm2_rows', 'smol_lora_steps', 'run', 'plan',
+           'deciding_part', 'regime_claims', 'lora_claim', 'make_claims']
 
 # %% ../../nbs/needles/03_evaluation.ipynb #ea15bd32
 @dataclass
@@ -82,6 +83,16 @@ class Config(ScaledConfig):
     # load and prompts; tests/test_needles.py loads it and answers one prompt)
     smol_per_position: int = 0
     smol_dicts: tuple = (4,)          # context lengths, in dictionaries; positions first, middle, last
+    # SmolLM2's LoRA finetune on short synthetic prompts, evaluated before and after on the prompts above (paired);
+    # fixed before its first run: the paper's 3 epochs (GPT-3.5 Turbo) over the official generator's 350 training
+    # prompts per seed, shortened to smol_lora_dicts dictionaries; rank 8 (alpha 16) on the attention projections at
+    # 3e-4, a usual LoRA rate. 0 epochs skips it (ci and laptop: see the Limitations)
+    smol_lora_epochs: float = 0.0
+    smol_lora_examples: int = 350
+    smol_lora_dicts: int = 4
+    smol_lora_batch: int = 8
+    smol_lora_lr: float = 3e-4
+    smol_lora_r: int = 8
     n_workers: int = 2
 
     def __post_init__(self):
@@ -99,6 +110,11 @@ class Config(ScaledConfig):
         if not 0 < self.gentle_lr_mult <= 1 or self.gentle_epochs <= 0:
             raise ValueError(f"need 0 < gentle_lr_mult <= 1 and gentle_epochs > 0, got {self.gentle_lr_mult}, "
                              f"{self.gentle_epochs}")
+        if self.smol_lora_epochs < 0 or min(self.smol_lora_examples, self.smol_lora_dicts, self.smol_lora_batch,
+                                             self.smol_lora_r) < 1:
+            raise ValueError(f"need smol_lora_epochs >= 0 and positive smol_lora_examples, smol_lora_dicts, "
+                             f"smol_lora_batch, smol_lora_r; got {self.smol_lora_epochs}, {self.smol_lora_examples}, "
+                             f"{self.smol_lora_dicts}, {self.smol_lora_batch}, {self.smol_lora_r}")
         if self.ft_docs > self.n_facts:
             raise ValueError(f"the knowledge-injecting set needs ft_docs={self.ft_docs} <= n_facts={self.n_facts}")
 
@@ -117,16 +133,19 @@ class Config(ScaledConfig):
         "full": dict(n_seeds=5, first_seed=1000, n_facts=200, n_doc_entities=2000, n_places=64, d_model=128, layers=2,
                      heads=8, pairs_steps=2000, docs_steps=1000, base_batch=256, base_examples=40000, curve_every=250,
                      gate_questions=1000, ft_budget=1_000_000, ft_steps=600, ft_batch=32, per_position=400,
-                     ppl_texts=1000, smol_per_position=40, smol_dicts=(8, 24), n_workers=1),
+                     ppl_texts=1000, smol_per_position=40, smol_dicts=(8, 24), smol_lora_epochs=3, n_workers=1),
     }
-    # a smoke run keeps the model sizes and every phase; it caps the loops and the context (5 documents, 2 dictionaries).
+    # a smoke run keeps the model sizes and every phase; it caps the loops and the context (5 documents, 2 dictionaries;
+    # SmolLM2: one prompt per position at 4 dictionaries at most, a LoRA of 2 steps where the preset has one).
     # Its base steps keep a batch of up to 64, so that its time, which --dry-run scales to the preset, holds some of
     # the base's training steps (the preset's largest phase) beside the fixed costs
     SMOKE: ClassVar[dict] = {**{k: (lambda cap: lambda v: min(v, cap))(cap) for k, cap in dict(
         n_seeds=2, pairs_steps=10, docs_steps=10, base_batch=64, base_examples=400, fact_repeats=1, gate_questions=8,
-        ft_budget=1500, ft_steps=2, ft_batch=2, per_position=1, ppl_texts=4, smol_per_position=0, n_workers=1,
-        n_facts=24, eval_docs=5, ft_docs=5, kv_dicts=2, gentle_epochs=1).items()},
-        "positions": lambda v: tuple(sorted({min(p, 5) for p in v}))}
+        ft_budget=1500, ft_steps=2, ft_batch=2, per_position=1, ppl_texts=4, smol_per_position=1, n_workers=1,
+        n_facts=24, eval_docs=5, ft_docs=5, kv_dicts=2, gentle_epochs=1, smol_lora_epochs=1, smol_lora_examples=4,
+        smol_lora_batch=2).items()},
+        "positions": lambda v: tuple(sorted({min(p, 5) for p in v})),
+        "smol_dicts": lambda v: tuple(sorted({min(n, 4) for n in v}))}
 
 # %% ../../nbs/needles/03_evaluation.ipynb #96a4d6c3
 ARMS = ("base", "synthetic", "synthetic-no-template", "length-control", "knowledge-injecting", "mdqa")
@@ -256,7 +275,9 @@ def job(seed: int, cfg_dict: dict, base_state: dict) -> list[dict]:
 
 
 def smollm2_rows(cfg, seed: int) -> list[dict]:
-    "SmolLM2-135M-Instruct on key-value prompts (the gold first, middle, last), before any finetune; [] if not installed."
+    """SmolLM2-135M-Instruct on key-value prompts (the gold first, middle, last), one row per prompt: before any
+    finetune, and (where cfg.smol_lora_epochs > 0) after a LoRA finetune on short synthetic prompts, on the same
+    prompts (paired); [] if not run at this scale, one error row if the model is not installed."""
     if cfg.smol_per_position < 1:
         return []
     try:
@@ -265,14 +286,29 @@ def smollm2_rows(cfg, seed: int) -> list[dict]:
     except (ImportError, OSError) as err:                  # the wheel or gguf missing: the rows say so
         return [dict(arm="smollm2", error=str(err))]
     rows, rng = [], np.random.default_rng(seed + 40_000)
-    for n in cfg.smol_dicts:
-        for p in sorted({1, (n + 1) // 2, n}):
-            ex = [kv_example(n, rng, gold_position=p) for _ in range(cfg.smol_per_position)]
-            out = generate_answers(model, tok, ex, chat=True, max_new_tokens=32)
-            for e, o in zip(ex, out):
-                rows.append(dict(arm="smollm2", n_dicts=n, position=p, value_ok=kv_correct(o, e, value_only=True),
-                                 exact_ok=kv_correct(o, e), output=o))
+    at = [(n, p) for n in cfg.smol_dicts for p in sorted({1, (n + 1) // 2, n}) for _ in range(cfg.smol_per_position)]
+    ex = [kv_example(n, rng, gold_position=p) for n, p in at]
+    for i, ((n, p), e, o) in enumerate(zip(at, ex, generate_answers(model, tok, ex, chat=True, max_new_tokens=32))):
+        rows.append(dict(arm="smollm2", prompt=i, n_dicts=n, position=p,
+                         value_ok=kv_correct(o, e, value_only=True), exact_ok=kv_correct(o, e), output=o))
+    if cfg.smol_lora_epochs > 0:
+        train = kv_set(cfg.smol_lora_examples, cfg.smol_lora_dicts, seed=seed + 50_000)   # disjoint from ex's seed
+        data = AnswerDataset(train, tok, chat=True, max_len=model.config.max_position_embeddings)
+        torch.manual_seed(seed)                            # LoRA's A matrices are drawn at wrapping
+        lora = add_lora(model, r=cfg.smol_lora_r, alpha=2 * cfg.smol_lora_r)
+        clock = time.perf_counter()
+        losses = fit(lora, data, smol_lora_steps(cfg), cfg.smol_lora_batch, cfg.smol_lora_lr, seed=seed)
+        fit_s = time.perf_counter() - clock
+        for r, e, o in zip(rows, ex, generate_answers(lora, tok, ex, chat=True, max_new_tokens=32)):
+            r.update(lora_value_ok=kv_correct(o, e, value_only=True), lora_exact_ok=kv_correct(o, e), lora_output=o,
+                     lora_loss_start=float(np.mean(losses[:5])), lora_loss_end=float(np.mean(losses[-5:])),
+                     lora_fit_s=fit_s)
     return rows
+
+
+def smol_lora_steps(cfg) -> int:
+    "Steps of SmolLM2's LoRA finetune: cfg.smol_lora_epochs passes over its cfg.smol_lora_examples prompts (0: none)."
+    return math.ceil(cfg.smol_lora_epochs * cfg.smol_lora_examples / cfg.smol_lora_batch) if cfg.smol_lora_epochs > 0 else 0
 
 # %% ../../nbs/needles/03_evaluation.ipynb #a28dd9c7
 def run(cfg: Config) -> dict:
@@ -293,13 +329,18 @@ def run(cfg: Config) -> dict:
     times["smollm2_s"] = time.perf_counter() - clock - times["base_s"] - times["seeds_s"]
     rows.append(dict(arm="timing", **times))                       # wall seconds per phase (not a measurement)
     return dict(rows=rows, seeds=seeds, curve=curve, base_gate=base_gate, smollm2=smol, vocab_size=len(tok),
-                claims=make_claims(rows, seeds, cfg, base_gate),
+                claims=make_claims(rows, seeds, cfg, base_gate, smol),
                 device=workers_device(str(dev), cfg.n_workers))
 
 
 # Work units per second on one GPU, for --dry-run: an assumption, not a measurement (no GPU run yet): a training step
 # of the full preset (batch 128 x about 60 tokens, 8 layers x 384) as about 20 ms, launch-bound.
 GPU_UNITS_PER_S = 1.5e8
+# SmolLM2-135M against the 64-wide, 2-layer reference model of one unit: about 1,000x the parameters, so 1,000 units
+# per token-pass; a generated token is one sequential pass through its 30 layers, launch-bound on a GPU: counted as
+# 1e6 units, about 7 ms at GPU_UNITS_PER_S (an assumption, not a measurement)
+SMOL_TOKEN_UNITS = 1e3
+GEN_TOKEN_UNITS = 1e6
 
 
 def plan(cfg: Config) -> list[dict]:
@@ -320,6 +361,12 @@ def plan(cfg: Config) -> list[dict]:
     ev = cfg.n_seeds * (len(ARMS) + len(GENTLE)) * (len(cfg.positions) * cfg.per_position * long_len
                                     + (cfg.gate_questions + cfg.n_facts) * short_len) * size
     smol = cfg.smol_per_position * 3 * len(cfg.smol_dicts) * 4e5     # SmolLM2: about 60x the work of a tiny pass
+    # SmolLM2's LoRA finetune: its training tokens (about 46 per dictionary and 100 of chat template and instruction)
+    # at SMOL_TOKEN_UNITS each, a training step counting three; then generation before and after, whose sequential
+    # 32-token answers are launch-bound on a GPU: GEN_TOKEN_UNITS per generated token
+    n_smol = cfg.smol_per_position * 3 * len(cfg.smol_dicts)
+    lora = (smol_lora_steps(cfg) * cfg.smol_lora_batch * (46 * cfg.smol_lora_dicts + 100) * 3 * SMOL_TOKEN_UNITS
+            + 2 * n_smol * 32 * GEN_TOKEN_UNITS) if cfg.smol_lora_epochs > 0 else 0
     return [dict(phase="base", jobs=1, units=base,
                  size=f"{'attention-only ' if not cfg.mlp else ''}Llama {cfg.layers} x {cfg.d_model}, {cfg.heads} heads; "
                       f"{cfg.pairs_steps} + {cfg.docs_steps} steps (bare pairs, then documents) x batch {cfg.base_batch}, "
@@ -333,7 +380,12 @@ def plan(cfg: Config) -> list[dict]:
             dict(phase="evaluation", jobs=cfg.n_seeds * (len(ARMS) + len(GENTLE)), units=ev / par,
                  size=f"{cfg.eval_docs} documents, gold at {cfg.positions}, {cfg.per_position} per position; closed book, perplexity"),
             dict(phase="SmolLM2", jobs=1, units=smol,
-                 size=f"{cfg.smol_per_position} prompts per position at {cfg.smol_dicts} dictionaries")]
+                 size=f"{cfg.smol_per_position} prompts per position at {cfg.smol_dicts} dictionaries")]  + ([
+            dict(phase="SmolLM2 LoRA", jobs=1, units=lora,
+                 size=f"rank {cfg.smol_lora_r}, {smol_lora_steps(cfg)} steps x batch {cfg.smol_lora_batch} "
+                      f"({cfg.smol_lora_epochs:g} epochs of {cfg.smol_lora_examples} prompts of {cfg.smol_lora_dicts} "
+                      f"dictionaries) at lr {cfg.smol_lora_lr:g}; the {n_smol} prompts above again after it")]
+            if cfg.smol_lora_epochs > 0 else [])
 
 # %% ../../nbs/needles/03_evaluation.ipynb #f872f65b
 # The smallest effects that matter and the gates, fixed before the deciding run.
@@ -346,6 +398,9 @@ DELTAS = {
 # The gentle arms' claims test the same statements at the same deltas as the full-finetune ones: the paper's numbers
 # are the same, only the finetune differs
 DELTAS.update({f"{c}-gentle": DELTAS[c] for c in ("C1", "C2", "C3")})
+# SmolLM2's LoRA claim, its delta fixed in code before its first run (the full preset's, on a GPU)
+DELTAS["C4-lora"] = (0.05, "the scale of C1 (half the paper's +10.5-point gain); the paper's numbers for the synthetic "
+                           "task itself could not be read offline")
 # The gentle regime's preservation gate, fixed with its settings before its first run: the gentle synthetic finetune
 # keeps the base's closed-book recall and its short-range retrieval (3-4 documents) to within this much, or its
 # transfer claims (C1-gentle, C3-gentle) are not read: the C2 delta, the smallest change the fact table resolves
@@ -353,64 +408,157 @@ PRESERVE = 0.05
 GATES = {"short_acc": 0.8,      # the base retrieves at short range (3-4 documents, held out)
          "closed_book": 0.95,   # and knows its facts
          "replicates": 3}       # the results contract: a decided claim has at least 3 replicates
+# The two regimes' claims, one function for both: the arms each regime reads and the sentences it states
+REGIMES = {
+    "full": dict(suffix="", adj="", arm=lambda a: a, claims=(
+        "Finetuning on synthetic key-value retrieval raises long MDQA accuracy at the middle positions over the base "
+        "and over a length-only control.",
+        "The synthetic finetune leaves closed-book recall where it was, while the knowledge-injecting finetune lowers it.",
+        "The answer template in the synthetic prompts makes the finetune transfer better.")),
+    "gentle": dict(suffix="-gentle", adj="gentle ", arm=lambda a: f"{a}-gentle", claims=(
+        "A gentle finetune on synthetic key-value retrieval raises long MDQA accuracy at the middle positions over the "
+        "base and over a length-only control finetuned the same way.",
+        "The gentle synthetic finetune leaves closed-book recall where it was, while the knowledge-injecting set "
+        "finetuned the same way lowers it.",
+        "With the gentle finetune, the answer template in the synthetic prompts makes it transfer better.")),
+}
 
 
-def make_claims(rows, seeds, cfg, base_gate: dict) -> list[dict]:
-    "The claims and checks, each decided by the rule written in it from the measured rows."
+def deciding_part(parts: list[tuple[str, dict]]) -> tuple[str, dict]:
+    """The verdict of an all_of rule over `parts` [(verdict, interval)] and the interval of the part that decides it:
+    the first part whose verdict is the weakest, so that a claim's recorded interval agrees with its verdict."""
+    verdict = all_of([v for v, _ in parts])
+    return verdict, next(iv for v, iv in parts if v == verdict)
+
+
+def regime_claims(rows, seeds, cfg, regime: str, competent: list, room: list, gate_text: str) -> list[dict]:
+    """C1-C3 of one finetune regime (`full` or `gentle`, see REGIMES): the same rules and deltas, read on that regime's
+    arms; the gentle regime adds the preservation gate to C1 and C3."""
+    R = REGIMES[regime]
+    v = lambda metric, arm: per_seed(rows, seeds, metric, arm=arm)
+    adj, Adj, syn = R["adj"], R["adj"].capitalize(), R["arm"]("synthetic")
+    ctl, inj, plain = R["arm"]("length-control"), R["arm"]("knowledge-injecting"), R["arm"]("synthetic-no-template")
+    ab = lambda arm: f"{arm.removesuffix('-gentle')}, gentle" if arm.endswith("-gentle") else arm
+    keep, regime_text, keep_text = [], "", ""
+    if regime == "gentle":
+        keep = [gate(f"gentle synthetic: drop in closed-book recall from the base at most {PRESERVE}",
+                     float(v("closed_book", "base").mean() - v("closed_book", syn).mean()), PRESERVE, "lower"),
+                gate(f"gentle synthetic: drop in accuracy at 3-4 documents from the base at most {PRESERVE}",
+                     float(v("short_acc", "base").mean() - v("short_acc", syn).mean()), PRESERVE, "lower")]
+        regime_text = (f"Gentle finetunes: {cfg.gentle_lr_mult:g} x the base's peak rate for {cfg.gentle_epochs:g} "
+                       "epochs of the synthetic set, the same steps for every gentle arm. ")
+        keep_text = (" The transfer is read only if the gentle synthetic finetune keeps the base's closed-book recall "
+                     f"and its accuracy at 3-4 documents to within {PRESERVE} (the preservation gate).")
+    out, mid = [], int(cfg.positions[len(cfg.positions) // 2])
+    at_mid = lambda arm: v(f"acc_p{mid}", arm).mean()
+
+    cid = "C1" + R["suffix"]
+    d1, r1 = DELTAS[cid]
+    s, b, c = v("acc_mid", syn), v("acc_mid", "base"), v("acc_mid", ctl)
+    iv_b = paired_interval(s, b, method="t", of=f"acc_mid({ab(syn)}) - acc_mid(base)")
+    iv_c = paired_interval(s, c, method="t", of=f"acc_mid({ab(syn)}) - acc_mid({ab(ctl).replace('-', ' ')})")
+    verdict, iv = deciding_part([(decide(iv_b, d1), iv_b), (decide(iv_c, d1), iv_c)])
+    against = "base" if iv is iv_b else f"{adj}length control"
+    mdqa = f", in-domain MDQA {at_mid('mdqa'):.3f}" if regime == "full" else ""
+    out.append(claim(
+        cid, R["claims"][0],
+        f"exact-match accuracy at the inner gold positions of {cfg.eval_docs} documents; interval and baseline column: "
+        f"the comparison that decides the verdict (here the {against})", paper=0.105, paper_tests="direction",
+        ours=float(s.mean()), baseline=float((b if iv is iv_b else c).mean()), interval=iv, delta=d1, delta_reason=r1,
+        better="higher", gates=competent + room + keep, verdict=verdict,
+        rule=regime_text + f"Paired over finetune seeds: all_of(decide(95% t interval of {adj}synthetic - base, delta = "
+             f"{d1}), decide(95% t interval of {adj}synthetic - {adj}length control, delta = {d1})); the interval shown "
+             "is the part that decides (the first with the weakest verdict). " + gate_text + keep_text,
+        note=f"{Adj}synthetic - base: {iv_b['estimate']:+.3f} [{iv_b['lo']:+.3f}, {iv_b['hi']:+.3f}]; {adj}synthetic - "
+             f"{adj}length control: {iv_c['estimate']:+.3f} [{iv_c['lo']:+.3f}, {iv_c['hi']:+.3f}]. At position {mid}: "
+             f"{adj}synthetic {at_mid(syn):.3f}, base {at_mid('base'):.3f}, {adj}control {at_mid(ctl):.3f}{mdqa}."
+             + (" Paper: +10.5 points at position 10 for GPT-3.5 Turbo (its base and finetune, not ours)."
+                if regime == "full" else "")))
+
+    cid = "C2" + R["suffix"]
+    d2, r2 = DELTAS[cid]
+    cb_s, cb_b, cb_i = v("closed_book", syn), v("closed_book", "base"), v("closed_book", inj)
+    iv_keep = paired_interval(cb_s, cb_b, method="t", of=f"closed_book({ab(syn)}) - closed_book(base)")
+    iv_inj = paired_interval(cb_s, cb_i, method="t", of=f"closed_book({ab(syn)}) - closed_book({ab(inj)})")
+    more = (f"length control {v('closed_book', ctl).mean():.3f}; in-domain MDQA {v('closed_book', 'mdqa').mean():.3f}"
+            if regime == "full" else f"gentle knowledge-injecting - base: {(cb_i - cb_b).mean():+.3f}; gentle length "
+                                     f"control {v('closed_book', ctl).mean():.3f}")
+    out.append(claim(
+        cid, R["claims"][1], f"closed-book recall of the fact table; baseline column: the {adj}knowledge-injecting finetune",
+        paper=None, ours=float(cb_s.mean()), baseline=float(cb_i.mean()), interval=iv_inj, delta=d2, delta_reason=r2,
+        better="higher", gates=competent, verdict=all_of([decide_within(iv_keep, -d2, None), decide(iv_inj, d2)]),
+        rule=regime_text + f"Paired over finetune seeds: all_of(decide_within(95% t interval of {adj}synthetic - base, "
+             f"[-{d2}, +inf)): no drop of {d2} or more; decide(95% t interval of {adj}synthetic - {adj}"
+             f"knowledge-injecting, delta = {d2})). " + gate_text,
+        note=f"{Adj}synthetic - base: {iv_keep['estimate']:+.3f} [{iv_keep['lo']:+.3f}, {iv_keep['hi']:+.3f}]; base "
+             f"{cb_b.mean():.3f}; {more}. Perplexity: base {v('ppl', 'base').mean():.2f}, {adj}synthetic "
+             f"{v('ppl', syn).mean():.2f}, {adj}knowledge-injecting {v('ppl', inj).mean():.2f}."
+             + (" Paper: no TriviaQA drop for Mistral-7B on the synthetic data, 2.33-6.19 points for the augmentation "
+                "sets." if regime == "full" else "")))
+
+    cid = "C3" + R["suffix"]
+    d3, r3 = DELTAS[cid]
+    a, b = v("acc_all", syn), v("acc_all", plain)
+    iv = paired_interval(a, b, method="t", of=f"acc_all({ab(syn)}) - acc_all({ab(plain).replace('-no-template', ', no template')})")
+    out.append(claim(
+        cid, R["claims"][2], f"exact-match accuracy over all gold positions of {cfg.eval_docs} documents; baseline "
+                             f"column: no template{', gentle' if adj else ''}",
+        paper=None, ours=float(a.mean()), baseline=float(b.mean()), interval=iv, delta=d3, delta_reason=r3,
+        better="higher", gates=competent + keep,
+        rule=regime_text + f"Paired over finetune seeds: decide(95% t interval of {adj}with - {adj}without template, "
+             f"delta = {d3}). " + gate_text + keep_text))
+    return out
+
+
+def lora_claim(smol: list[dict], cfg) -> dict:
+    """C4-lora from SmolLM2's rows: value accuracy after its LoRA finetune against before it, paired over the
+    evaluation prompts (one finetune: the interval covers evaluation noise only); not_run where no LoRA ran."""
+    d, r = DELTAS["C4-lora"]
+    ok = [x for x in smol if "lora_value_ok" in x]
+    text = ("A LoRA finetune of SmolLM2-135M-Instruct on short synthetic key-value prompts raises its key-value "
+            "accuracy on longer prompts.")
+    metric = (f"value accuracy (the asked value in the greedy answer) on prompts of {cfg.smol_dicts} dictionaries, gold "
+              "first, middle and last; baseline column: before the finetune")
+    rule = (f"Paired over evaluation prompts: decide(95% t interval of after - before, delta = {d}). One finetune of "
+            "one model, so the interval covers evaluation noise only, not finetune seeds. Decided only if the model "
+            f"has room before it (value accuracy at most {1 - 2 * d:g}) and there are at least {GATES['replicates']} prompts.")
+    if len(ok) < 2:
+        why = next((x["error"] for x in smol if "error" in x), None)
+        return claim("C4-lora", text, metric, paper=None, ours=None, rule=rule, delta=d, delta_reason=r,
+                     note=f"SmolLM2 unavailable: {why}" if why else "Not run at this scale: the LoRA finetune is in the "
+                          "full preset (one GPU) only; smol_lora_epochs = 0 here.")
+    before = np.array([x["value_ok"] for x in ok], float)
+    after = np.array([x["lora_value_ok"] for x in ok], float)
+    iv = paired_interval(after, before, method="t", of="value accuracy after the LoRA finetune - before it")
+    by = {}
+    for x in ok:
+        by.setdefault((x["n_dicts"], x["position"]), []).append((x["value_ok"], x["lora_value_ok"]))
+    return claim(
+        "C4-lora", text, metric, paper=None, ours=float(after.mean()), baseline=float(before.mean()), interval=iv,
+        delta=d, delta_reason=r, better="higher",
+        gates=[gate(f"SmolLM2 value accuracy before the finetune at most {1 - 2 * d:g}", float(before.mean()), 1 - 2 * d,
+                    "lower"), gate("evaluation prompts (replicates)", len(ok), GATES["replicates"])],
+        rule=rule,
+        note="Before -> after by (dictionaries, gold position): " + "; ".join(
+            f"({n}, {p}) {np.mean([a for a, _ in v]):.2f} -> {np.mean([b for _, b in v]):.2f}" for (n, p), v in sorted(by.items()))
+             + f". Exact template match after: {np.mean([x['lora_exact_ok'] for x in ok]):.2f}. LoRA loss "
+               f"{ok[0]['lora_loss_start']:.3f} -> {ok[0]['lora_loss_end']:.3f}.")
+
+
+def make_claims(rows, seeds, cfg, base_gate: dict, smol: list[dict] = ()) -> list[dict]:
+    "The claims and checks, each decided by the rule written in it from the measured rows (and SmolLM2's, `smol`)."
     v = lambda metric, arm: per_seed(rows, seeds, metric, arm=arm)
     competent = [gate("base accuracy at 3-4 documents (held out)", base_gate["short_acc"], GATES["short_acc"]),
                  gate("base closed-book recall", base_gate["closed_book"], GATES["closed_book"]),
                  gate("finetune seeds (replicates)", len(seeds), GATES["replicates"])]
-    d1, r1 = DELTAS["C1"]
+    d1 = DELTAS["C1"][0]
     room = [gate(f"base accuracy at the middle positions at most {1 - 2 * d1:g}", float(v("acc_mid", "base").mean()),
                  1 - 2 * d1, "lower")]
     gate_text = (f"Decided only if the base passes the competence gate (at least {GATES['short_acc']} at 3-4 documents "
                  f"and {GATES['closed_book']} closed-book recall, held out) and there are at least "
                  f"{GATES['replicates']} finetune seeds.")
-    out = []
-    syn, base, ctl = v("acc_mid", "synthetic"), v("acc_mid", "base"), v("acc_mid", "length-control")
-    iv_b = paired_interval(syn, base, method="t", of="acc_mid(synthetic) - acc_mid(base)")
-    iv_c = paired_interval(syn, ctl, method="t", of="acc_mid(synthetic) - acc_mid(length control)")
-    mid = int(cfg.positions[len(cfg.positions) // 2])
-    out.append(claim(
-        "C1", "Finetuning on synthetic key-value retrieval raises long MDQA accuracy at the middle positions over the "
-              "base and over a length-only control.",
-        f"exact-match accuracy at the inner gold positions of {cfg.eval_docs} documents; baseline column: the length "
-        "control", paper=0.105, paper_tests="direction", ours=float(syn.mean()), baseline=float(ctl.mean()), interval=iv_c, delta=d1,
-        delta_reason=r1, better="higher", gates=competent + room,
-        verdict=all_of([decide(iv_b, d1), decide(iv_c, d1)]),
-        rule=f"Paired over finetune seeds: all_of(decide(95% t interval of synthetic - base, delta = {d1}), decide(95% "
-             f"t interval of synthetic - length control, delta = {d1})). " + gate_text,
-        note=f"Synthetic - base: {iv_b['estimate']:+.3f} [{iv_b['lo']:+.3f}, {iv_b['hi']:+.3f}]. At position {mid}: "
-             f"synthetic {v(f'acc_p{mid}', 'synthetic').mean():.3f}, base {v(f'acc_p{mid}', 'base').mean():.3f}, "
-             f"control {v(f'acc_p{mid}', 'length-control').mean():.3f}, in-domain MDQA {v(f'acc_p{mid}', 'mdqa').mean():.3f}. "
-             "Paper: +10.5 points at position 10 for GPT-3.5 Turbo (its base and finetune, not ours)."))
-    d2, r2 = DELTAS["C2"]
-    cb_syn, cb_base, cb_inj = v("closed_book", "synthetic"), v("closed_book", "base"), v("closed_book", "knowledge-injecting")
-    iv_keep = paired_interval(cb_syn, cb_base, method="t", of="closed_book(synthetic) - closed_book(base)")
-    iv_inj = paired_interval(cb_syn, cb_inj, method="t", of="closed_book(synthetic) - closed_book(knowledge-injecting)")
-    out.append(claim(
-        "C2", "The synthetic finetune leaves closed-book recall where it was, while the knowledge-injecting finetune "
-              "lowers it.", "closed-book recall of the fact table; baseline column: the knowledge-injecting finetune",
-        paper=None, ours=float(cb_syn.mean()), baseline=float(cb_inj.mean()), interval=iv_inj, delta=d2, delta_reason=r2,
-        better="higher", gates=competent, verdict=all_of([decide_within(iv_keep, -d2, None), decide(iv_inj, d2)]),
-        rule=f"Paired over finetune seeds: all_of(decide_within(95% t interval of synthetic - base, [-{d2}, +inf)): no "
-             f"drop of {d2} or more; decide(95% t interval of synthetic - knowledge-injecting, delta = {d2})). " + gate_text,
-        note=f"Synthetic - base: {iv_keep['estimate']:+.3f} [{iv_keep['lo']:+.3f}, {iv_keep['hi']:+.3f}]; base "
-             f"{cb_base.mean():.3f}; length control {v('closed_book', 'length-control').mean():.3f}; in-domain MDQA "
-             f"{v('closed_book', 'mdqa').mean():.3f}. Perplexity: base {v('ppl', 'base').mean():.2f}, synthetic "
-             f"{v('ppl', 'synthetic').mean():.2f}, knowledge-injecting {v('ppl', 'knowledge-injecting').mean():.2f}. "
-             "Paper: no TriviaQA drop for Mistral-7B on the synthetic data, 2.33-6.19 points for the augmentation sets."))
-    d3, r3 = DELTAS["C3"]
-    a, b = v("acc_all", "synthetic"), v("acc_all", "synthetic-no-template")
-    iv = paired_interval(a, b, method="t", of="acc_all(synthetic) - acc_all(synthetic, no template)")
-    out.append(claim(
-        "C3", "The answer template in the synthetic prompts makes the finetune transfer better.",
-        f"exact-match accuracy over all gold positions of {cfg.eval_docs} documents; baseline column: no template",
-        paper=None, ours=float(a.mean()), baseline=float(b.mean()), interval=iv, delta=d3, delta_reason=r3,
-        better="higher", gates=competent,
-        rule=f"Paired over finetune seeds: decide(95% t interval of with - without template, delta = {d3}). " + gate_text))
-    out += gentle_claims(rows, seeds, cfg, competent, room, gate_text)
+    out = [c for regime in REGIMES for c in regime_claims(rows, seeds, cfg, regime, competent, room, gate_text)]
+    out.append(lora_claim(list(smol), cfg))
     readers = [r for r in rows if r["arm"] == "readers"]
     out.append(check("K1", "The oracle reader (string search) answers every evaluation question.", "oracle accuracy",
                      ours=min(r["oracle_acc"] for r in readers), passed=all(r["oracle_acc"] == 1.0 for r in readers),
@@ -426,66 +574,4 @@ def make_claims(rows, seeds, cfg, base_gate: dict) -> list[dict]:
                      rule=f"For every arm and seed: budget - longest example < tokens <= budget = {cfg.ft_budget}; the "
                           f"length control: at most the synthetic set's tokens and short of them by less than one "
                           f"document ({DOC_TOKENS} tokens) per text."))
-    return out
-
-def gentle_claims(rows, seeds, cfg, competent: list, room: list, gate_text: str) -> list[dict]:
-    "C1-C3 for the gentle finetunes: the same rules and deltas with the gentle arms, and the preservation gate on C1 and C3."
-    v = lambda metric, arm: per_seed(rows, seeds, metric, arm=arm)
-    syn = "synthetic-gentle"
-    keep = [gate(f"gentle synthetic: drop in closed-book recall from the base at most {PRESERVE}",
-                 float(v("closed_book", "base").mean() - v("closed_book", syn).mean()), PRESERVE, "lower"),
-            gate(f"gentle synthetic: drop in accuracy at 3-4 documents from the base at most {PRESERVE}",
-                 float(v("short_acc", "base").mean() - v("short_acc", syn).mean()), PRESERVE, "lower")]
-    regime = (f"Gentle finetunes: {cfg.gentle_lr_mult:g} x the base's peak rate for {cfg.gentle_epochs:g} epochs of "
-              "the synthetic set, the same steps for every gentle arm. ")
-    keep_text = (" The transfer is read only if the gentle synthetic finetune keeps the base's closed-book recall and "
-                 f"its accuracy at 3-4 documents to within {PRESERVE} (the preservation gate).")
-    out = []
-    d1, r1 = DELTAS["C1-gentle"]
-    s, b, c = v("acc_mid", syn), v("acc_mid", "base"), v("acc_mid", "length-control-gentle")
-    iv_b = paired_interval(s, b, method="t", of="acc_mid(synthetic, gentle) - acc_mid(base)")
-    iv_c = paired_interval(s, c, method="t", of="acc_mid(synthetic, gentle) - acc_mid(length control, gentle)")
-    mid = int(cfg.positions[len(cfg.positions) // 2])
-    out.append(claim(
-        "C1-gentle", "A gentle finetune on synthetic key-value retrieval raises long MDQA accuracy at the middle "
-                     "positions over the base and over a length-only control finetuned the same way.",
-        f"exact-match accuracy at the inner gold positions of {cfg.eval_docs} documents; baseline column: the gentle "
-        "length control", paper=0.105, paper_tests="direction", ours=float(s.mean()), baseline=float(c.mean()),
-        interval=iv_c, delta=d1, delta_reason=r1, better="higher", gates=competent + room + keep,
-        verdict=all_of([decide(iv_b, d1), decide(iv_c, d1)]),
-        rule=regime + f"Paired over finetune seeds: all_of(decide(95% t interval of gentle synthetic - base, delta = "
-             f"{d1}), decide(95% t interval of gentle synthetic - gentle length control, delta = {d1})). " + gate_text
-             + keep_text,
-        note=f"Gentle synthetic - base: {iv_b['estimate']:+.3f} [{iv_b['lo']:+.3f}, {iv_b['hi']:+.3f}]. At position "
-             f"{mid}: gentle synthetic {v(f'acc_p{mid}', syn).mean():.3f}, base {v(f'acc_p{mid}', 'base').mean():.3f}, "
-             f"gentle control {v(f'acc_p{mid}', 'length-control-gentle').mean():.3f}."))
-    d2, r2 = DELTAS["C2-gentle"]
-    cb_s, cb_b, cb_i = v("closed_book", syn), v("closed_book", "base"), v("closed_book", "knowledge-injecting-gentle")
-    iv_keep = paired_interval(cb_s, cb_b, method="t", of="closed_book(synthetic, gentle) - closed_book(base)")
-    iv_inj = paired_interval(cb_s, cb_i, method="t",
-                             of="closed_book(synthetic, gentle) - closed_book(knowledge-injecting, gentle)")
-    out.append(claim(
-        "C2-gentle", "The gentle synthetic finetune leaves closed-book recall where it was, while the knowledge-injecting "
-                     "set finetuned the same way lowers it.",
-        "closed-book recall of the fact table; baseline column: the gentle knowledge-injecting finetune", paper=None,
-        ours=float(cb_s.mean()), baseline=float(cb_i.mean()), interval=iv_inj, delta=d2, delta_reason=r2,
-        better="higher", gates=competent, verdict=all_of([decide_within(iv_keep, -d2, None), decide(iv_inj, d2)]),
-        rule=regime + f"Paired over finetune seeds: all_of(decide_within(95% t interval of gentle synthetic - base, "
-             f"[-{d2}, +inf)): no drop of {d2} or more; decide(95% t interval of gentle synthetic - gentle "
-             f"knowledge-injecting, delta = {d2})). " + gate_text,
-        note=f"Gentle synthetic - base: {iv_keep['estimate']:+.3f} [{iv_keep['lo']:+.3f}, {iv_keep['hi']:+.3f}]; "
-             f"gentle knowledge-injecting - base: {(cb_i - cb_b).mean():+.3f}; gentle length control "
-             f"{v('closed_book', 'length-control-gentle').mean():.3f}. Perplexity: base {v('ppl', 'base').mean():.2f}, "
-             f"gentle synthetic {v('ppl', syn).mean():.2f}, gentle knowledge-injecting "
-             f"{v('ppl', 'knowledge-injecting-gentle').mean():.2f}."))
-    d3, r3 = DELTAS["C3-gentle"]
-    a, b = v("acc_all", syn), v("acc_all", "synthetic-no-template-gentle")
-    iv = paired_interval(a, b, method="t", of="acc_all(synthetic, gentle) - acc_all(synthetic, no template, gentle)")
-    out.append(claim(
-        "C3-gentle", "With the gentle finetune, the answer template in the synthetic prompts makes it transfer better.",
-        f"exact-match accuracy over all gold positions of {cfg.eval_docs} documents; baseline column: no template, "
-        "gentle", paper=None, ours=float(a.mean()), baseline=float(b.mean()), interval=iv, delta=d3, delta_reason=r3,
-        better="higher", gates=competent + keep,
-        rule=regime + f"Paired over finetune seeds: decide(95% t interval of gentle with - gentle without template, "
-             f"delta = {d3}). " + gate_text + keep_text))
     return out
