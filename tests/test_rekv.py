@@ -1,6 +1,7 @@
 """Tests of iclr25_repro.rekv: the rotary map and the decoder against transformers' Llama, sliding-window encoding and
 full retrieval against full attention, pre-RoPE representative keys, block scoring and frame selection, the KV-size
 formula, the stored cache under questions, streaming against offline encoding, the world's invariants, bad inputs,
+ReKV on a transformers Llama through its Cache,
 determinism, the claims' rules and gates on altered rows, the checks, the external arm's width, a tiny run and the laptop
 and full presets' smoke runs."""
 import dataclasses
@@ -11,7 +12,7 @@ import torch
 
 from iclr25_repro.core import cli
 from iclr25_repro.rekv import experiment
-from iclr25_repro.rekv.model import (Decoder, DecoderConfig, ReKV, SceneWorld, block_scores, kv_bytes, rope,
+from iclr25_repro.rekv.model import (Decoder, DecoderConfig, ReKV, ReKVCache, SceneWorld, block_scores, kv_bytes, rope,
                                      select_frames, train_decoder, train_dual_encoder)
 from helpers import with_metric
 
@@ -50,6 +51,36 @@ def test_decoder_matches_llama(heads, kv):
     ids = torch.randint(0, 40, (2, 33))
     with torch.no_grad():
         assert torch.allclose(dec(ids), dec.to_llama()(ids).logits, atol=1e-4)
+
+
+@pytest.mark.parametrize("heads,kv,score", [(4, 2, "dot"), (4, 1, "cosine")])
+def test_rekv_cache_on_transformers_llama(setup, heads, kv, score):
+    "ReKVCache on a LlamaForCausalLM: all frames retrieved equals the model's own forward; a top-k equals ReKV."
+    world, _, v = setup
+    torch.manual_seed(2)
+    dec = Decoder(DecoderConfig(world.vocab_size, n_layers=3, n_heads=heads, n_kv_heads=kv, rope_theta=1e6)).eval()
+    llama = dec.to_llama()
+    frames, q = torch.as_tensor(v["frames"]), torch.as_tensor(world.question(v["needle_shape"][:, 1]))
+    full = ReKVCache(llama, world.sink_ids, 3, window=None, r=20, score=score).encode(frames)
+    ids = torch.cat([torch.tensor(world.sink_ids).expand(3, -1), frames.reshape(3, -1), q], 1)
+    with torch.no_grad():
+        own = llama(ids).logits[:, -1]
+    assert (full.answer(q) - own).abs().max() < 1e-4
+    assert full.get_seq_length() == world.n_sinks + 20 * 3
+    # a 6-frame window, top 4 frames in blocks of 2, read in two parts: ReKV's logits and frames on the same weights
+    c = ReKVCache(llama, world.sink_ids, 3, window=6, r=4, b=2, score=score).encode(frames[:, :7]).encode(frames[:, 7:])
+    rk = ReKV(dec, world.sink_ids, 3, window=6, r=4, b=2, score=score)
+    ref, picks = rk.answer(rk.encode(frames), q)
+    assert (c.answer(q) - ref).abs().max() < 1e-4
+    assert all(torch.equal(a, b) for a, b in zip(c.picks, picks)) and c.picks[0].shape == (3, 4)
+    with pytest.raises(ValueError, match="question must be"):
+        c.answer(q[:1])
+    with pytest.raises(ValueError, match="multiple of b"):
+        ReKVCache(llama, world.sink_ids, 3, window=6, r=4, b=2).encode(frames[:, :7]).answer(q)
+    with pytest.raises(ValueError, match="frames must be"):
+        ReKVCache(llama, world.sink_ids, 3).encode(frames[..., :2])
+    with pytest.raises(ValueError, match="causal LM"):
+        ReKVCache(dec, world.sink_ids, 3)
 
 
 def test_window_at_least_T_is_full_attention(setup):
@@ -251,6 +282,30 @@ def test_world_invariants():
     assert ids.max() < world.vocab_size
     with pytest.raises(ValueError, match="n_needles"):
         world.videos(1, 3, 4, 0)
+    # context questions: no needle in the last frame, the frame after each needle and its colour
+    v = world.videos(200, 8, 4, rng=3, after=True)
+    assert (v["needle_frame"] < 7).all() and (v["after_frame"] == v["needle_frame"] + 1).all()
+    col = (v["frames"][..., 0] - world.obj0) % world.n_colours
+    assert (col[np.arange(200)[:, None], v["after_frame"]] == v["after_colour"]).all()
+    with pytest.raises(ValueError, match="n_needles"):
+        world.videos(1, 4, 4, 0, after=True)
+    aw = SceneWorld(after_frac=1.0)
+    ids, y = aw.training_batch(5, 16, rng=0)
+    k = y.shape[1]
+    assert (ids[:, -2 * k::2] == aw.after_token).all() and aw.after_token == aw.vocab_size - 1
+    # the answers are the colours of the frames after the needles
+    frames = ids[:, aw.n_sinks:aw.n_sinks + 48].reshape(5, 16, 3)
+    shapes = ids[:, -2 * k + 1::2] - aw.word0
+    obj = frames[..., 0] - aw.obj0
+    for i in range(5):
+        for j in range(k):
+            t = int(np.flatnonzero((obj[i] // aw.n_colours).numpy() == int(shapes[i, j]))[0])
+            assert int(y[i, j]) == aw.colour_token(int(obj[i, t + 1]) % aw.n_colours)
+    mixed = SceneWorld(after_frac=0.5).training_batch(400, 16, rng=1)[0]
+    share = float((mixed[:, -2::2] == aw.after_token).float().mean())
+    assert 0.4 < share < 0.6
+    with pytest.raises(ValueError, match="after_frac"):
+        SceneWorld(after_frac=1.5)
 
 
 def test_bad_inputs(setup):
@@ -297,7 +352,7 @@ def tiny():
 
 
 CLAIMS = {"C1-uniform", "C1-window", "C1-oracle", "C2-external"}
-CHECKS = {"K1-amortised", "K2-no-future", "K3-kv-bytes", "K4-recall", "K5-tokens"}
+CHECKS = {"K1-amortised", "K2-no-future", "K3-kv-bytes", "K4-recall", "K5-tokens", "K6-deep"}
 
 
 def test_tiny_run(tiny):
@@ -391,6 +446,14 @@ def test_claim_rules_follow_the_rows(tiny):
     assert verdicts(_set(tiny["rows"], "tokens_read", "rekv", T, {s0: 99.0, s1: 99.0}))["K5-tokens"] == "failed"
     ct = experiment.cost_test(tiny["rows"], seeds, cfg)
     assert set(ct) >= {"rekv", "full", "T", "T0", "Tf"}
+    # K6, the mechanism test: a layer >= 1 must find the frame after the needle in DEEP_RECALL of the context
+    # questions, and full attention must answer them at the training length (the model learned them)
+    deep = _set(tiny["rows"], "recall_l1", "after-rekv", T, {s0: 0.5, s1: 0.6})
+    learned = _set(deep, "accuracy", "after-full", T0, {s0: 1.0, s1: 0.95})
+    assert verdicts(learned)["K6-deep"] == "passed"
+    assert verdicts(_set(deep, "accuracy", "after-full", T0, {s0: 0.2, s1: 0.1}))["K6-deep"] == "failed"
+    shallow = _set(learned, "recall_l1", "after-rekv", T, {s0: 0.1, s1: 0.1})
+    assert verdicts(_set(shallow, "recall_l0", "after-rekv", T, {s0: 0.9, s1: 0.9}))["K6-deep"] == "failed"
 
 
 @pytest.mark.parametrize("scale", ["laptop", "full"])

@@ -69,8 +69,8 @@ class RMSNorm(nn.Module):
 
 # %% auto #0
 __all__ = ['DecoderConfig', 'rope', 'RMSNorm', 'Context', 'Attention', 'MLP', 'Block', 'Decoder', 'kv_bytes', 'VideoCache',
-           'block_scores', 'select_frames', 'ReKV', 'SceneWorld', 'train_decoder', 'aligned_table', 'DualEncoder',
-           'frozen_encoder', 'train_dual_encoder']
+           'block_scores', 'select_frames', 'ReKV', 'SceneWorld', 'ReKVCache', 'train_decoder', 'aligned_table',
+           'DualEncoder', 'frozen_encoder', 'train_dual_encoder']
 
 # %% ../../nbs/rekv/02_implementation.ipynb #f8a5b162
 @dataclass
@@ -267,6 +267,15 @@ class ReKV:
 
     def __init__(self, model: Decoder, sink_ids, tokens_per_frame: int, window: int | None = 16, r: int = 8, b: int = 1,
                  score: str = "dot", storage: str | torch.device = "cpu"):
+        self._check_args(window, r, b, score, tokens_per_frame)
+        self.model, self.M, self.window, self.r, self.b, self.score = model, int(tokens_per_frame), window, int(r), int(b), score
+        self.storage = torch.device(storage)
+        self.sink_ids = torch.as_tensor(sink_ids, dtype=torch.long)
+        self.S = len(self.sink_ids)
+
+    @staticmethod
+    def _check_args(window, r, b, score, tokens_per_frame):
+        "The settings' errors, shared with `ReKVCache`."
         if window is not None and (int(window) != window or window < 1):
             raise ValueError(f"window must be at least one frame (an int >= 1) or None for full attention, got {window!r}")
         if int(r) != r or r < 1:
@@ -277,10 +286,6 @@ class ReKV:
             raise ValueError(f"score must be 'dot' (the official code) or 'cosine' (the paper), got {score!r}")
         if int(tokens_per_frame) != tokens_per_frame or tokens_per_frame < 1:
             raise ValueError(f"tokens_per_frame must be an int >= 1, got {tokens_per_frame!r}")
-        self.model, self.M, self.window, self.r, self.b, self.score = model, int(tokens_per_frame), window, int(r), int(b), score
-        self.storage = torch.device(storage)
-        self.sink_ids = torch.as_tensor(sink_ids, dtype=torch.long)
-        self.S = len(self.sink_ids)
 
     @property
     def device(self):
@@ -451,12 +456,15 @@ class SceneWorld:
     tokens_per_frame: int = 3
     n_sinks: int = 4
     max_needles: int = 4     # needles per training video: 1 to max_needles
+    after_frac: float = 0.0  # the share of training questions that ask for the frame after the needle
 
     def __post_init__(self):
         if self.tokens_per_frame < 2:
             raise ValueError("tokens_per_frame must be at least 2 (object and position)")
         if self.max_needles >= self.n_shapes:
             raise ValueError("max_needles must leave at least one shape for the other frames")
+        if not 0 <= self.after_frac <= 1:
+            raise ValueError(f"after_frac must be a fraction in [0, 1], got {self.after_frac}")
 
     @property
     def obj0(self):
@@ -479,8 +487,13 @@ class SceneWorld:
         return self.q_token + 1
 
     @property
-    def vocab_size(self):
+    def after_token(self):
+        "The first token of a question about the frame after the needle."
         return self.word0 + self.n_shapes
+
+    @property
+    def vocab_size(self):
+        return self.after_token + 1
 
     @property
     def sink_ids(self):
@@ -490,18 +503,22 @@ class SceneWorld:
         "The answer token of a colour: the object token of shape 0 in that colour (a token the model can emit)."
         return self.obj0 + np.asarray(colour)
 
-    def videos(self, n: int, T: int, n_needles: int, rng, spread: bool = False) -> dict:
+    def videos(self, n: int, T: int, n_needles: int, rng, spread: bool = False, after: bool = False) -> dict:
         """n videos of T frames, each hiding `n_needles` distinct needle shapes at distinct random frames (with
-        `spread`, needle j in the j-th of n_needles equal segments: the streaming protocol's videos).
-        Returns frames (n, T, M) int64, needle shapes, frames and colours (n, n_needles)."""
-        if n_needles < 1 or n_needles > min(self.n_shapes - 1, T):
-            raise ValueError(f"n_needles must be in [1, min(n_shapes - 1, T)] = [1, {min(self.n_shapes - 1, T)}], got {n_needles}")
+        `spread`, needle j in the j-th of n_needles equal segments: the streaming protocol's videos; with `after`,
+        never in the last frame, so that every needle has a frame after it).
+        Returns frames (n, T, M) int64, needle shapes, frames and colours (n, n_needles); with `after`, also the
+        frame after each needle and its colour."""
+        hi = T - 1 if after else T
+        if n_needles < 1 or n_needles > min(self.n_shapes - 1, hi):
+            raise ValueError(f"n_needles must be in [1, min(n_shapes - 1, {'T - 1' if after else 'T'})] = "
+                             f"[1, {min(self.n_shapes - 1, hi)}], got {n_needles}")
         rng = np.random.default_rng(rng)
         perm = np.argsort(rng.random((n, self.n_shapes)), 1)            # per video: needle shapes, then the others
         nshape, others = perm[:, :n_needles], perm[:, n_needles:]
         shape = np.take_along_axis(others, rng.integers(0, others.shape[1], (n, T)), 1)
         colour = rng.integers(0, self.n_colours, (n, T))
-        nframe = np.argsort(rng.random((n, T)), 1)[:, :n_needles]
+        nframe = np.argsort(rng.random((n, hi)), 1)[:, :n_needles]
         if spread:
             edges = np.linspace(0, T, n_needles + 1).astype(int)
             nframe = np.stack([rng.integers(edges[j], edges[j + 1], n) for j in range(n_needles)], 1)
@@ -511,12 +528,17 @@ class SceneWorld:
         frames[..., 0] = self.obj0 + shape * self.n_colours + colour
         frames[..., 1] = self.pos0 + rng.integers(0, self.n_positions, (n, T))
         frames[..., 2:] = self.bg0 + rng.integers(0, self.n_background, (n, T, self.tokens_per_frame - 2))
-        return dict(frames=frames, needle_shape=nshape, needle_frame=nframe, needle_colour=colour[rows, nframe])
+        out = dict(frames=frames, needle_shape=nshape, needle_frame=nframe, needle_colour=colour[rows, nframe])
+        if after:
+            out.update(after_frame=nframe + 1, after_colour=colour[rows, nframe + 1])
+        return out
 
-    def question(self, shape) -> np.ndarray:
-        "Question token ids (n, 2): Q, then the shape's word."
+    def question(self, shape, after=False) -> np.ndarray:
+        """Question token ids (..., 2): Q (colour of the shape) or A (colour of the frame after the shape's frame;
+        `after` True, or an array of flags), then the shape's word."""
         shape = np.asarray(shape)
-        return np.stack([np.full_like(shape, self.q_token), self.word0 + shape], -1)
+        first = np.where(np.asarray(after, dtype=bool), self.after_token, self.q_token) + np.zeros_like(shape)
+        return np.stack([first, self.word0 + shape], -1)
 
     @torch.no_grad()
     def align_embeddings(self, model: "Decoder", seed: int = 0) -> None:
@@ -533,13 +555,179 @@ class SceneWorld:
 
     def training_batch(self, n: int, T: int, rng):
         """Full sequences (sinks, frames, then one question per needle) (n, S + T*M + 2k) and the answers (n, k): a
-        video of T frames with k needles (k drawn from 1..max_needles), every needle asked once, in random order."""
+        video of T frames with k needles (k drawn from 1..max_needles), every needle asked once, in random order;
+        with `after_frac` > 0, each question asks for the frame after its needle with that probability."""
         rng = np.random.default_rng(rng)
-        k = int(rng.integers(1, min(self.max_needles, T) + 1))
-        v = self.videos(n, T, k, rng)
-        qs = self.question(v["needle_shape"]).reshape(n, -1)            # (n, 2k): Q s1 Q s2 ...
+        after = self.after_frac > 0
+        k = int(rng.integers(1, min(self.max_needles, T - after) + 1))
+        v = self.videos(n, T, k, rng, after=after)
+        if after:
+            kind = rng.random((n, k)) < self.after_frac
+            qs = self.question(v["needle_shape"], kind).reshape(n, -1)  # (n, 2k): Q s1 A s2 ...
+            colour = np.where(kind, v["after_colour"], v["needle_colour"])
+        else:
+            qs, colour = self.question(v["needle_shape"]).reshape(n, -1), v["needle_colour"]
         ids = np.concatenate([np.tile(self.sink_ids, (n, 1)), v["frames"].reshape(n, -1), qs], 1)
-        return torch.as_tensor(ids), torch.as_tensor(self.colour_token(v["needle_colour"]))
+        return torch.as_tensor(ids), torch.as_tensor(self.colour_token(colour))
+
+# %% ../../nbs/rekv/02_implementation.ipynb #c0de4a02
+import inspect
+
+from transformers.cache_utils import Cache as _HFCache
+
+
+class ReKVCache(_HFCache):
+    """ReKV as a transformers `Cache` around a Llama-family causal LM (`LlamaForCausalLM`, `Qwen2ForCausalLM`, ...:
+    rotary positions, `q_proj`/`k_proj` in each layer's `self_attn`). `encode(frames)` reads the video with a sliding
+    window and sinks and stores every frame's pre-RoPE keys and values; `answer(question)` retrieves, in each layer,
+    the r frames whose representative key best matches the question's mean pre-RoPE query, and returns the logits."""
+
+    def __init__(self, model, sink_ids, tokens_per_frame: int, window: int | None = 16, r: int = 8, b: int = 1,
+                 score: str = "dot", storage: str | torch.device = "cpu"):
+        try:
+            super().__init__(layers=[])            # transformers >= 4.56: a Cache is a list of layers
+        except TypeError:
+            super().__init__()
+        ReKV._check_args(window, r, b, score, tokens_per_frame)     # the same errors as ReKV's
+        inner = getattr(model, "model", None)
+        if inner is None or not hasattr(inner, "layers") or not hasattr(inner, "rotary_emb"):
+            raise ValueError("model must be a transformers causal LM with .model.layers and .model.rotary_emb "
+                             "(Llama, Qwen2, Mistral), got " + type(model).__name__)
+        c = model.config
+        self.model, self.M, self.window, self.r, self.b, self.score = model, int(tokens_per_frame), window, int(r), int(b), score
+        self.n_layers, self.n_heads, self.n_kv = c.num_hidden_layers, c.num_attention_heads, c.num_key_value_heads
+        self.head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
+        self.sink_ids = torch.as_tensor(sink_ids, dtype=torch.long)
+        self.S, self.storage = len(self.sink_ids), torch.device(storage)
+        sig = inspect.signature(type(inner).forward).parameters     # transformers 5 renamed past_key_values to cache
+        self._cache_kw = "cache" if "cache" in sig else "past_key_values"
+        self.sink_k = self.sink_v = None                            # per layer (B, kv_heads, S, d), pre-RoPE keys
+        self._fk = [[] for _ in range(self.n_layers)]               # per layer, one (B, kv_heads, M, d) per frame
+        self._fv = [[] for _ in range(self.n_layers)]
+        self._rep = [[] for _ in range(self.n_layers)]              # per layer, (B, heads*d) per frame
+        self.picks = []                                             # the last answer's frames per layer (B, n)
+        self._ctx, self._q, self._k, self._new = None, {}, {}, {}
+
+    # -- the transformers Cache interface --
+    def update(self, key_states, value_states, layer_idx: int, *args, **kwargs):
+        "Called by each attention layer with the new tokens' rotated keys and values: prepend the layer's context."
+        ck, cv = self._ctx(layer_idx)
+        B, _, L, _ = key_states.shape
+        self._new[layer_idx] = (self._k[layer_idx].view(B, L, self.n_kv, self.head_dim).transpose(1, 2), value_states)
+        if ck.shape[2] == 0:
+            return key_states, value_states
+        return torch.cat([self._rotate(ck), key_states], 2), torch.cat([cv.to(value_states), value_states], 2)
+
+    def get_seq_length(self, layer_idx: int = 0) -> int:
+        return self.S + self.n_frames * self.M if self.sink_k is not None else 0
+
+    @property
+    def n_frames(self) -> int:
+        return len(self._fk[0])
+
+    @property
+    def is_compileable(self) -> bool:
+        return False
+
+    # -- helpers --
+    def _rotate(self, k):
+        "RoPE at contiguous positions 0..n-1 with the model's own rotary embedding (its theta and scaling)."
+        B, _, n, _ = k.shape
+        pos = torch.arange(n, device=k.device).expand(B, n)
+        cos, sin = self.model.model.rotary_emb(k, pos)
+        cos, sin = cos[:, None].to(k.dtype), sin[:, None].to(k.dtype)
+        h = k.shape[-1] // 2
+        return k * cos + torch.cat([-k[..., h:], k[..., :h]], -1) * sin
+
+    def _run(self, ids, n_ctx, ctx):
+        "One forward of ids (B, L) after a context of n_ctx tokens per layer given by ctx(layer) -> (pre-RoPE k, v)."
+        B, L = ids.shape
+        dev = ids.device
+        dtype = next(self.model.parameters()).dtype
+        pos = (n_ctx + torch.arange(L, device=dev)).expand(B, L)
+        mask = torch.zeros(B, 1, L, n_ctx + L, dtype=dtype, device=dev)            # the context is all visible,
+        mask[..., n_ctx:] = torch.full((L, L), torch.finfo(dtype).min, dtype=dtype, device=dev).triu(1)  # causal after
+        self._ctx, self._q, self._k, self._new = ctx, {}, {}, {}
+        hooks = []
+        for l, layer in enumerate(self.model.model.layers):
+            att = layer.self_attn
+            hooks.append(att.q_proj.register_forward_hook(lambda m, i, o, l=l: self._q.__setitem__(l, o)))
+            hooks.append(att.k_proj.register_forward_hook(lambda m, i, o, l=l: self._k.__setitem__(l, o)))
+        try:
+            out = self.model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True,
+                             **{self._cache_kw: self})
+        finally:
+            for h in hooks:
+                h.remove()
+        return out.logits
+
+    def _empty(self, B, dev):
+        z = torch.zeros(B, self.n_kv, 0, self.head_dim, device=dev)
+        return z, z
+
+    @torch.no_grad()
+    def encode(self, frames: torch.Tensor) -> "ReKVCache":
+        "Read frames (B, T, M) token ids, one frame at a time through the sliding window (all at once with window=None)."
+        dev = self.model.device
+        frames = torch.as_tensor(frames, dtype=torch.long)
+        if frames.ndim != 3 or frames.shape[2] != self.M:
+            raise ValueError(f"frames must be (batch, n_frames, {self.M}) token ids, got shape {tuple(frames.shape)}")
+        B, T, M = frames.shape
+        frames = frames.to(dev)
+        if self.sink_k is None:
+            self._run(self.sink_ids.to(dev).expand(B, -1), 0, lambda l: self._empty(B, dev))
+            self.sink_k = [self._new[l][0] for l in range(self.n_layers)]
+            self.sink_v = [self._new[l][1] for l in range(self.n_layers)]
+        elif self.sink_k[0].shape[0] != B:
+            raise ValueError(f"the cache holds {self.sink_k[0].shape[0]} videos, got frames for {B}")
+        steps = [(0, T)] if self.window is None else [(t, t + 1) for t in range(T)]
+        for a, e in steps:
+            w = self.n_frames if self.window is None else min(self.window, self.n_frames)
+            ctx = lambda l: (torch.cat([self.sink_k[l], *[k.to(dev) for k in self._fk[l][self.n_frames - w:]]], 2),
+                             torch.cat([self.sink_v[l], *[v.to(dev) for v in self._fv[l][self.n_frames - w:]]], 2))
+            self._run(frames[:, a:e].reshape(B, -1), self.S + w * M, ctx)
+            g = self.n_heads // self.n_kv
+            for l in range(self.n_layers):
+                k, v = self._new[l]
+                for f in range(e - a):
+                    kf, vf = k[:, :, f * M:(f + 1) * M], v[:, :, f * M:(f + 1) * M]
+                    self._fk[l].append(kf.to(self.storage))
+                    self._fv[l].append(vf.to(self.storage))
+                    self._rep[l].append(kf.mean(2).repeat_interleave(g, 1).reshape(B, -1))   # Eq. (rep)
+        return self
+
+    @torch.no_grad()
+    def answer(self, question: torch.Tensor) -> torch.Tensor:
+        """Logits (B, vocab) at the question's last token; in each layer the question attends to the sinks and the
+        frames retrieved by its own mean pre-RoPE query (`self.picks`, per layer (B, n), in time order)."""
+        if self.n_frames == 0:
+            raise ValueError("no frame has been encoded yet: call encode(frames) before answer(question)")
+        dev = self.model.device
+        question = torch.as_tensor(question, dtype=torch.long).to(dev)
+        B, T = self.sink_k[0].shape[0], self.n_frames
+        if question.ndim != 2 or question.shape[0] != B:
+            raise ValueError(f"question must be ({B}, n_tokens) token ids, got shape {tuple(question.shape)}")
+        if T > self.r and T % self.b:
+            raise ValueError(f"the number of frames ({T}) must be a multiple of b ({self.b}) here (no partial block)")
+        n = min(self.r, T)
+        self.picks = []
+
+        def ctx(l):
+            qm = self._q[l].mean(1)                                       # (B, heads*d): the mean pre-RoPE query
+            rep = torch.stack(self._rep[l], 1).to(dev)                    # (B, T, heads*d)
+            if self.score == "cosine":
+                s = torch.einsum("btd,bd->bt", F.normalize(rep, dim=-1), F.normalize(qm, dim=-1))
+            else:
+                s = torch.einsum("btd,bd->bt", rep, qm)
+            idx = select_frames(s, self.r, self.b)                        # (B, n), no padding (T % b == 0)
+            self.picks.append(idx)
+            k = torch.stack(self._fk[l], 2).to(dev)                       # (B, kv, T, M, d)
+            v = torch.stack(self._fv[l], 2).to(dev)
+            g = lambda t: t[torch.arange(B, device=dev)[:, None], :, idx].permute(0, 2, 1, 3, 4).flatten(2, 3)
+            return torch.cat([self.sink_k[l], g(k)], 2), torch.cat([self.sink_v[l], g(v)], 2)
+
+        logits = self._run(question, self.S + n * self.M, ctx)
+        return logits[:, -1]
 
 # %% ../../nbs/rekv/02_implementation.ipynb #ac7e1415
 def train_decoder(world: SceneWorld, cfg: DecoderConfig, steps: int, batch: int, T: int, lr: float, seed: int,
