@@ -574,6 +574,17 @@ class NCF(nn.Module):
         return self.integrate(x, t, xi_e, xi_j, order).reshape(M, E, J, N, len(t), d)
 
 # %% ../../nbs/ncf/02_implementation.ipynb #c0da0002
+def _member_inputs(field, x: torch.Tensor, xi: torch.Tensor):
+    "The inputs of a context-modulated field as (members, batch, .) tensors, and whether to drop the member axis again."
+    squeeze = x.ndim == 2 and field.members == 1
+    if squeeze:
+        x, xi = x.unsqueeze(0), xi.unsqueeze(0)
+    if (x.ndim != 3 or x.shape[0] != field.members or x.shape[-1] != field.state_dim or xi.shape[-1] != field.context_dim
+            or x.shape[:-1] != xi.shape[:-1]):
+        raise ValueError(f"x ({field.members}, batch, {field.state_dim}) and xi ({field.members}, batch, "
+                         f"{field.context_dim}) must share their batch; got {tuple(x.shape)} and {tuple(xi.shape)}")
+    return x, xi, squeeze
+
 class CoDAField(nn.Module):
     """CoDA-lite field f(x, xi) = g_{theta + W xi}(x): a Swish MLP of the state whose weights and biases move along a
     learned linear map W of the context, for `members` independent fields at once (inputs (members, batch, d), or
@@ -598,13 +609,7 @@ class CoDAField(nn.Module):
         self.n_theta = sum(o * i + o for o, i in self.shapes)
 
     def forward(self, x: torch.Tensor, xi: torch.Tensor) -> torch.Tensor:
-        squeeze = x.ndim == 2 and self.members == 1
-        if squeeze:
-            x, xi = x.unsqueeze(0), xi.unsqueeze(0)
-        if (x.ndim != 3 or x.shape[0] != self.members or x.shape[-1] != self.state_dim or xi.shape[-1] != self.context_dim
-                or x.shape[:-1] != xi.shape[:-1]):
-            raise ValueError(f"x ({self.members}, batch, {self.state_dim}) and xi ({self.members}, batch, "
-                             f"{self.context_dim}) must share their batch; got {tuple(x.shape)} and {tuple(xi.shape)}")
+        x, xi, squeeze = _member_inputs(self, x, xi)
         a, n = x, len(self.shapes)
         for l in range(n):
             z = torch.baddbmm(self.base.biases[l], a, self.base.weights[l].mT)                       # theta's part
@@ -631,13 +636,7 @@ class CAVIAField(nn.Module):
         self.state_dim, self.context_dim, self.members, self.width = state_dim, context_dim, members, width
 
     def forward(self, x: torch.Tensor, xi: torch.Tensor) -> torch.Tensor:
-        squeeze = x.ndim == 2 and self.members == 1
-        if squeeze:
-            x, xi = x.unsqueeze(0), xi.unsqueeze(0)
-        if (x.ndim != 3 or x.shape[0] != self.members or x.shape[-1] != self.state_dim or xi.shape[-1] != self.context_dim
-                or x.shape[:-1] != xi.shape[:-1]):
-            raise ValueError(f"x ({self.members}, batch, {self.state_dim}) and xi ({self.members}, batch, "
-                             f"{self.context_dim}) must share their batch; got {tuple(x.shape)} and {tuple(xi.shape)}")
+        x, xi, squeeze = _member_inputs(self, x, xi)
         a, n = x, len(self.base.weights)
         for l in range(n):
             z = torch.baddbmm(self.base.biases[l], a, self.base.weights[l].mT)
