@@ -1,6 +1,6 @@
 """Tests of iclr25_repro.pfguard: partitions, the importance ratios, the SIR samplers against Monte Carlo, the accountant
-values of the brief in two libraries, the sanitiser's norms and noise, FD and the distances against closed forms and
-scipy, weighted clipping, per-sample gradients against a loop, the Adult loader, bad inputs, determinism, the claims'
+values of the brief in two libraries, the sanitiser's norms and noise, FD and the distances against closed forms,
+scipy and POT, Adult's fixed encoding, weighted clipping, per-sample gradients against a loop, the Adult loader, bad inputs, determinism, the claims'
 rules on constructed rows, a tiny run and the full preset's smoke run."""
 import dataclasses
 
@@ -10,7 +10,7 @@ import torch
 
 from iclr25_repro.core import cli
 from iclr25_repro.pfguard import experiment
-from iclr25_repro.pfguard.model import (GSWGAN, Arm, DPMixture, FairSampler, adult_arrays, balanced_ratios,
+from iclr25_repro.pfguard.model import (GSWGAN, Arm, DPMixture, FairSampler, adult_arrays, adult_encode, balanced_ratios,
                                         cell_utility, dpsgd_epsilon, duplicate_then_partition, estimate_ratios,
                                         fairness_discrepancy, frechet_distance, gswgan_epsilon, load_adult,
                                         max_partitions_per_record, mixture_nll, partition, rescale, sanitise,
@@ -243,6 +243,10 @@ def test_gswgan_bad_inputs_and_determinism():
         GSWGAN(x, y, [Arm(parts, sigma=0.0)])
     with pytest.raises(ValueError, match="same number of teachers"):
         GSWGAN(x, y, [Arm(parts, sigma=1.0), Arm(partition(400, 5, 0), sigma=1.0)])
+    with pytest.raises(ValueError, match="out"):
+        GSWGAN(x, y, [Arm(parts)], out="sigmoid")
+    far = GSWGAN(x * 10, y, [Arm(parts)], hidden=8, out="tanh", seed=0).fit(3, 1, 1, schedule="all")
+    assert np.abs(far.sample(200)[0]).max() < 1     # a tanh output stays in (-1, 1) even for data far outside it
     r = balanced_ratios(y, z)
 
     def fit():
@@ -419,14 +423,19 @@ def test_tiny_run():
 
 
 def test_adult_encoding():
-    "Adult's tabular encoding: binary columns -1/+1 with the sex column's sign the group; numeric columns as halved normal scores."
+    "Adult's encoding: every column linear onto [-1, 1] between public bounds; the sex column's sign is the group."
     d = experiment.adult_world(0, 2000, 500)
     assert d["x"].shape == (2000, 6) and d["x_test"].shape == (500, 6) and d["x"].dtype == np.float32
     assert set(np.unique(d["x"][:, 4:])) == {-1.0, 1.0}
     assert np.array_equal(d["x"][:, 5] > d["sex_cut"], d["z"] == 1)
     assert np.array_equal(d["x_test"][:, 5] > d["sex_cut"], d["z_test"] == 1)
-    age = d["x"][:, 0]
-    assert abs(np.median(age)) < 0.05 and 0.3 < age.std() < 0.7 and np.abs(d["x"][:, :4]).max() < 3
+    assert np.abs(d["x"]).max() <= 1 and np.abs(d["x_test"]).max() <= 1
+    # a fixed map, not fitted on the split: the same raw record encodes the same way in every split
+    raw = np.array([[17, 1, 1, 0, 0, 0], [90, 16, 99, np.log1p(99999), 1, 1], [53.5, 8.5, 50, np.log1p(99999) / 2, 1, 0]])
+    assert np.allclose(adult_encode(raw), [[-1] * 6, [1] * 6, [0, 0, 0, 0, 1, -1]], atol=1e-6)
+    assert np.array_equal(adult_encode([[200, 30, 150, 20, 2, 2]]), np.ones((1, 6), np.float32))   # clipped
+    with pytest.raises(ValueError, match="shape"):
+        adult_encode(np.zeros((3, 5)))
     assert np.array_equal(experiment.adult_world(0, 2000, 500)["x"], d["x"])   # deterministic
 
 
@@ -552,7 +561,7 @@ def test_sliced_wasserstein_closed_form_and_pot():
         a, b = rng.normal(size=(4000, d)), rng.normal(size=(4000, d)) + m
         exact = 1.5 * gamma(d / 2) / (np.sqrt(np.pi) * gamma((d + 1) / 2))
         assert sliced_wasserstein(a, b, n_proj=400) == pytest.approx(exact, rel=0.05), d
-    ot = pytest.importorskip("ot")
+    import ot   # POT, a dependency: the library twin of the sliced distance
     a, b = rng.normal(size=(2000, 4)), rng.normal(1.0, 2.0, (2000, 4))
     ours = sliced_wasserstein(a, b, n_proj=400)
     theirs = ot.sliced_wasserstein_distance(a, b, n_projections=400, p=1, seed=0)

@@ -14,11 +14,11 @@ import torch
 from torch import nn
 
 # %% auto #0
-__all__ = ['ADULT_FEATURES', 'partition', 'duplicate_then_partition', 'max_partitions_per_record', 'group_ids', 'balanced_ratios',
-           'estimate_ratios', 'sir_weights', 'FairSampler', 'gswgan_epsilon', 'dpsgd_epsilon', 'sanitise', 'rescale',
-           'mlp_forward', 'BatchedMLP', 'Arm', 'RowAdam', 'GSWGAN', 'fairness_discrepancy', 'sliced_wasserstein',
-           'frechet_distance', 'cell_utility', 'load_adult', 'adult_arrays', 'mixture_nll', 'weighted_clip',
-           'DPMixture']
+__all__ = ['ADULT_FEATURES', 'ADULT_BOUNDS', 'partition', 'duplicate_then_partition', 'max_partitions_per_record', 'group_ids',
+           'balanced_ratios', 'estimate_ratios', 'sir_weights', 'FairSampler', 'gswgan_epsilon', 'dpsgd_epsilon',
+           'sanitise', 'rescale', 'mlp_forward', 'BatchedMLP', 'Arm', 'RowAdam', 'GSWGAN', 'fairness_discrepancy',
+           'sliced_wasserstein', 'frechet_distance', 'cell_utility', 'load_adult', 'adult_arrays', 'adult_encode',
+           'mixture_nll', 'weighted_clip', 'DPMixture']
 
 # %% ../../nbs/pfguard/02_implementation.ipynb #8228c131
 def partition(n: int, n_parts: int, rng) -> list[np.ndarray]:
@@ -292,10 +292,14 @@ class GSWGAN:
     critic (teacher) per partition. Each step picks one random teacher per arm, trains it for `critic_iters` steps
     on its partition (drawn by its sampler), and passes the generator only the sanitised gradient of its fakes
     w.r.t. that teacher. Samples come from an exponential moving average of the generator (GS-WGAN's `netGS`, decay
-    0.999). The arms are independent; they are batched for speed."""
+    0.999). `out='tanh'` squashes the generator's output into (-1, 1), for data encoded into that range (the
+    tabular world: binary columns at -1/+1 and numeric ones between fixed bounds). The arms are independent; they are
+    batched for speed."""
     def __init__(self, x, y, arms: list[Arm], noise_dim: int = 8, hidden: int = 64, batch: int = 32,
                  lr_g: float = 1e-4, lr_d: float = 1e-4, betas=(0.5, 0.9), gp: float = 10.0, drift: float = 1e-3,
-                 clip: float = 1.0, ema: float = 0.99, seed: int = 0, device="cpu"):
+                 clip: float = 1.0, ema: float = 0.99, out: str = "linear", seed: int = 0, device="cpu"):
+        if out not in ("linear", "tanh"):
+            raise ValueError(f"out must be 'linear' or 'tanh', got {out!r}")
         if len({len(a.parts) for a in arms}) != 1:
             raise ValueError("every arm in one GSWGAN must have the same number of teachers")
         for a in arms:
@@ -320,7 +324,7 @@ class GSWGAN:
         self.idx, self.prob = idx.to(self.device), prob.to(self.device)
         self.sigma = torch.tensor([a.sigma or 0.0 for a in arms], device=self.device).view(-1, 1, 1)
         self.private = torch.tensor([a.sigma is not None for a in arms], device=self.device).view(-1, 1, 1)
-        self.steps_done = 0
+        self.out, self.steps_done = out, 0
 
     def _onehot(self, y):
         return nn.functional.one_hot(y, self.n_classes).float()
@@ -329,7 +333,8 @@ class GSWGAN:
         "Fakes for labels y of shape (R, n) (or of the generators `arms`; with `ema`, of the averaged generators)."
         noise = torch.randn(y.shape + (self.noise_dim,), generator=self.gen, device=self.device)
         with torch.set_grad_enabled(grad):
-            return (self.G_ema if ema else self.G)(torch.cat([noise, self._onehot(y)], -1), select=arms)
+            x = (self.G_ema if ema else self.G)(torch.cat([noise, self._onehot(y)], -1), select=arms)
+            return torch.tanh(x) if self.out == "tanh" else x
 
     def critic_step(self, teachers: torch.Tensor | None = None) -> float:
         """One WGAN-GP step of the `teachers` (global indices arm * N + j; None: all) on minibatches drawn by their
@@ -485,6 +490,21 @@ def adult_arrays(df):
     x = np.c_[df.age, df.education_num, df.hours_per_week, np.log1p(df.capital_gain),
               df.marital_status.str.startswith("Married").astype(float), (df.sex == "Female").astype(float)]
     return x.astype(np.float32), (df.income == ">50K").to_numpy().astype(int), (df.sex == "Female").to_numpy().astype(int)
+
+# public coding ranges of the six columns, not read from any record: the extraction conditions in the data set's
+# description (age > 16, hours > 0), the census's top codes (age 90, weekly hours 99, capital gain 99,999), years of
+# education coded 1 to 16, binary columns 0 to 1
+ADULT_BOUNDS = np.array([[17, 1, 1, 0, 0, 0], [90, 16, 99, math.log1p(99999), 1, 1]], np.float32)
+
+
+def adult_encode(x) -> np.ndarray:
+    """Adult's six columns (as from `adult_arrays`) mapped linearly onto [-1, 1] between the public `ADULT_BOUNDS`
+    (values outside are clipped): a fixed encoding, fitted on no record, so it spends no privacy."""
+    x = np.asarray(x, np.float32)
+    if x.ndim != 2 or x.shape[1] != ADULT_BOUNDS.shape[1]:
+        raise ValueError(f"x must have shape (n, {ADULT_BOUNDS.shape[1]}), got {x.shape}")
+    lo, hi = ADULT_BOUNDS
+    return np.clip(2 * (x - lo) / (hi - lo) - 1, -1, 1).astype(np.float32)
 
 # %% ../../nbs/pfguard/02_implementation.ipynb #1166bc1a
 def mixture_nll(params, x, y_onehot):
