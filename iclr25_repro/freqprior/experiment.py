@@ -21,9 +21,9 @@ from .noise import (VideoDiffusionSampler, animatediff_ddim_scheduler, butterwor
 # %% auto #0
 __all__ = ['PAPER', 'PALETTE', 'DELTAS', 'GATE_FACTOR', 'FFT_UNITS', 'NOISE_UNITS', 'START_UNITS', 'GPU_UNITS_PER_S', 'Config',
            'bands', 'spectrum', 'noise_statistics', 'radial_profile', 'GaussianVideoPrior', 'exact_toy',
-           'sprite_videos', 'TinyVideoEps', 'UNet3DEps', 'VParam', 'sprite_speed', 'video_metrics', 'learned_toy',
-           'mean_rows', 'per_seed', 'c4_gates', 'make_claims', 'explicit_cov', 'explicit_cov_error', 'jobs_for', 'run',
-           'worlds', 'forward_gflop', 'plan']
+           'sprite_videos', 'TinyVideoEps', 'UNet3DEps', 'SmallVideoUNet', 'make_video_model', 'VParam', 'sprite_speed',
+           'video_metrics', 'learned_toy', 'mean_rows', 'per_seed', 'c4_gates', 'make_claims', 'explicit_cov',
+           'explicit_cov_error', 'jobs_for', 'run', 'worlds', 'forward_gflop', 'plan']
 
 # %% ../../nbs/freqprior/03_evaluation.ipynb #82c4a50a
 @dataclass
@@ -42,8 +42,8 @@ class Config(ScaledConfig):
     mid_step: int = 321
     ablation: bool = False           # r, mid_step, rounds and filter sweeps (full preset)
     c_seeds: int = 3                 # Part C replicates: own training videos, initialisation and noise each
-    c_arch: str = "tiny"             # "tiny" (TinyVideoEps) or "unet3d" (diffusers' UNet3DConditionModel, class-conditional)
-    c_width: int = 8                 # channels of the tiny model; first block's channels of the U-Net
+    c_arch: str = "small_unet"       # "small_unet", "tiny" or "unet3d" (see make_video_model)
+    c_width: int = 8                 # channels of the tiny model; first block's channels of the U-Nets
     c_frames: int = 8
     c_size: int = 16
     c_rgb: bool = False              # 3-channel checkered sprites in four colour classes
@@ -51,7 +51,9 @@ class Config(ScaledConfig):
     c_train: int = 512               # training videos per seed
     c_steps: int = 40                # AdamW steps, cosine decay
     c_batch: int = 16
-    c_lr: float = 1e-2
+    c_lr: float = 3e-3
+    c_warmup: int = 0                # linear learning-rate warm-up steps before the cosine decay
+    c_ema: float = 0.999             # decay of the weights' moving average that samples (0: the trained weights)
     c_videos: int = 16               # samples per method and seed (shared initial noise)
     c_sample_batch: int = 256
     n_workers: int = 2
@@ -59,8 +61,8 @@ class Config(ScaledConfig):
         "tiny": dict(shape_even=(4, 8, 8), shape_odd=(3, 7, 7), n_noise=256, b_k0s=(0.03,), n_videos=16, c_seeds=2,
                      c_train=256, c_steps=5, c_width=4, c_videos=4, n_workers=1),
         "ci": {},
-        "laptop": dict(n_noise=4096, b_k0s=(0.015, 0.02, 0.03, 0.045, 0.06, 0.09), n_videos=128, c_seeds=8,
-                       c_train=4096, c_steps=2000, c_videos=64),
+        "laptop": dict(n_noise=4096, b_k0s=(0.015, 0.02, 0.03, 0.045, 0.06, 0.09), n_videos=128, c_seeds=6,
+                       c_train=4096, c_steps=2000, c_warmup=100, c_videos=64),
         "full": dict(n_noise=16384, b_k0s=(0.015, 0.02, 0.03, 0.045, 0.06, 0.09), n_videos=1024, ablation=True,
                      c_arch="unet3d", c_width=32, c_frames=16, c_size=32, c_rgb=True, c_guidance=1.0, c_train=20_000,
                      c_steps=1500, c_batch=32, c_lr=5e-4, c_videos=1024, n_workers=1),
@@ -257,6 +259,77 @@ class UNet3DEps(torch.nn.Module):
             out = self.unet(x.float(), t, encoder_hidden_states=self.label(label)[:, None]).sample
         return out.to(x.dtype)
 
+class _VideoBlock(torch.nn.Module):
+    """A residual block: space conv (1x3x3), FiLM by the time embedding, time conv (3x1x1), then the mean over time
+    at each pixel and the mean over space in each frame fed back through linear maps, and optional self-attention
+    over the frames at each pixel."""
+    def __init__(self, C: int, attention: bool = False):
+        super().__init__()
+        self.norm = torch.nn.GroupNorm(4, C)
+        self.space = torch.nn.Conv3d(C, C, (1, 3, 3), padding=(0, 1, 1))
+        self.time = torch.nn.Conv3d(C, C, (3, 1, 1), padding=(1, 0, 0))
+        self.film = torch.nn.Linear(64, 2 * C)
+        self.over_time = torch.nn.Linear(C, C)     # a static background is the mean over time at each pixel
+        self.over_space = torch.nn.Linear(C, C)    # flicker is a change of each frame's spatial mean
+        self.attn = torch.nn.MultiheadAttention(C, 2, batch_first=True) if attention else None
+        self.attn_norm = torch.nn.LayerNorm(C) if attention else None
+
+    def forward(self, h: torch.Tensor, emb: torch.Tensor) -> torch.Tensor:
+        scale, shift = self.film(emb)[:, :, None, None, None].chunk(2, dim=1)
+        u = torch.nn.functional.silu(self.space(torch.nn.functional.silu(self.norm(h))))
+        h = h + self.time(u * (1 + scale) + shift)                                         # (B, C, T, H, W)
+        h = h + self.over_time(h.mean(2).permute(0, 2, 3, 1)).permute(0, 3, 1, 2)[:, :, None]
+        h = h + self.over_space(h.mean((3, 4)).transpose(1, 2)).transpose(1, 2)[..., None, None]
+        if self.attn is not None:
+            B, C, T, H, W = h.shape
+            q = h.permute(0, 3, 4, 2, 1).reshape(B * H * W, T, C)                           # one sequence per pixel
+            qn = self.attn_norm(q)
+            q = q + self.attn(qn, qn, qn, need_weights=False)[0]
+            h = q.reshape(B, H, W, T, C).permute(0, 4, 3, 1, 2)
+        return h
+
+class SmallVideoUNet(torch.nn.Module):
+    """A two-level video U-Net predicting eps (or v, inside `VParam`): a block at full resolution, two blocks with
+    temporal self-attention at half the spatial resolution and twice the channels, a skip connection, a block at full
+    resolution; time conditioning by FiLM."""
+    def __init__(self, channels: int = 8, in_channels: int = 1):
+        super().__init__()
+        C = channels
+        if C % 4:
+            raise ValueError(f"channels must be a multiple of 4 (group norm of 4 groups), got {C}")
+        self.inp = torch.nn.Conv3d(in_channels, C, 3, padding=1)
+        self.temb = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.SiLU(), torch.nn.Linear(64, 64), torch.nn.SiLU())
+        self.down_block = _VideoBlock(C)
+        self.down = torch.nn.Conv3d(C, 2 * C, (1, 3, 3), stride=(1, 2, 2), padding=(0, 1, 1))
+        self.mid = torch.nn.ModuleList([_VideoBlock(2 * C, attention=True) for _ in range(2)])
+        self.up = torch.nn.Conv3d(2 * C, C, (1, 3, 3), padding=(0, 1, 1))
+        self.up_block = _VideoBlock(C)
+        self.out = torch.nn.Conv3d(C, in_channels, 3, padding=1)
+
+    def forward(self, x: torch.Tensor, t, label=None) -> torch.Tensor:
+        "eps(x, t) for x (B, C, T, H, W) with even H and W; `label` is accepted and ignored (an unconditional model)."
+        dtype = x.dtype
+        x = x.float()
+        t = torch.as_tensor(t, dtype=torch.float32, device=x.device).reshape(-1).expand(x.shape[0])
+        freqs = torch.exp(-math.log(1000.0) * torch.arange(16, device=x.device) / 16)
+        emb = self.temb(torch.cat([torch.sin(t[:, None] * freqs), torch.cos(t[:, None] * freqs)], dim=1))
+        h1 = self.down_block(self.inp(x), emb)                                               # (B, C, T, H, W)
+        h = self.down(h1)                                                                   # (B, 2C, T, H/2, W/2)
+        for block in self.mid:
+            h = block(h, emb)
+        h = self.up(torch.nn.functional.interpolate(h, scale_factor=(1, 2, 2), mode="nearest")) + h1
+        return self.out(torch.nn.functional.silu(self.up_block(h, emb))).to(dtype)
+
+def make_video_model(arch: str, width: int, in_channels: int) -> torch.nn.Module:
+    "Part C's network: 'tiny' (TinyVideoEps), 'small_unet' (SmallVideoUNet) or 'unet3d' (UNet3DEps)."
+    if arch == "tiny":
+        return TinyVideoEps(width, in_channels)
+    if arch == "small_unet":
+        return SmallVideoUNet(width, in_channels)
+    if arch == "unet3d":
+        return UNet3DEps(in_channels, width)
+    raise ValueError(f"c_arch must be 'tiny', 'small_unet' or 'unet3d', got {arch!r}")
+
 class VParam(torch.nn.Module):
     """An epsilon-prediction model whose network predicts v = sqrt(a) eps - sqrt(1 - a) x0 (Salimans and Ho, 2022):
     it returns eps = sqrt(a) v + sqrt(1 - a) x_t, so samplers and losses for epsilon-prediction apply unchanged."""
@@ -315,14 +388,19 @@ def learned_toy(cfg, k: int, n_boot: int = 1999) -> dict:
         data, cls = sprite_videos(cfg.c_train, cfg.c_frames, cfg.c_size, cfg.c_size, gen, sprite, cfg.c_rgb, labels=True)
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
-            net = UNet3DEps(C, cfg.c_width) if cfg.c_arch == "unet3d" else TinyVideoEps(cfg.c_width, C)
+            net = make_video_model(cfg.c_arch, cfg.c_width, C)
             model = VParam(net, animatediff_ddim_scheduler().alphas_cumprod).to(device)
+        # an exponential moving average of the weights samples (the trained weights themselves when c_ema is 0), its
+        # decay warmed up as min(c_ema, (1 + n) / (10 + n)) after n updates so that the first weights fade quickly
+        ema = lambda avg, p, n: avg + (p - avg) * (1 - min(cfg.c_ema, (1 + float(n)) / (10 + float(n))))
+        avg = torch.optim.swa_utils.AveragedModel(model, avg_fn=ema) if cfg.c_ema else None
         conditional = cfg.c_arch == "unet3d"
-        sampler = VideoDiffusionSampler(model, num_steps=cfg.num_steps, filter=cfg.filter,
+        sampler = VideoDiffusionSampler(model if avg is None else avg.module, num_steps=cfg.num_steps, filter=cfg.filter,
                                         guidance_scale=cfg.c_guidance if conditional else 1.0)
         acp = sampler.acp.float().to(device)
         opt = torch.optim.AdamW(model.parameters(), lr=cfg.c_lr)
-        sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 0.5 * (1 + math.cos(math.pi * s / cfg.c_steps)))
+        sched = torch.optim.lr_scheduler.LambdaLR(      # linear warm-up over c_warmup steps, then cosine decay
+            opt, lambda s: min(1.0, (s + 1) / max(cfg.c_warmup, 1)) * 0.5 * (1 + math.cos(math.pi * s / cfg.c_steps)))
         losses = []
         for _ in range(cfg.c_steps):
             i = torch.randint(cfg.c_train, (cfg.c_batch,), generator=gen)
@@ -333,7 +411,10 @@ def learned_toy(cfg, k: int, n_boot: int = 1999) -> dict:
             a = acp[t][:, None, None, None, None]
             loss = ((model(a.sqrt() * x0 + (1 - a).sqrt() * eps, t, label=lab if conditional else None) - eps) ** 2).mean()
             opt.zero_grad(); loss.backward(); opt.step(); sched.step()
+            if avg is not None:
+                avg.update_parameters(model)
             losses.append(float(loss.detach()))
+        model = model if avg is None else avg.module
         model.eval()
         n = cfg.c_videos
         ref = video_metrics(sprite_videos(max(4 * n, 64), cfg.c_frames, cfg.c_size, cfg.c_size, gen, sprite, cfg.c_rgb),
@@ -577,7 +658,7 @@ def forward_gflop(cfg) -> float:
     "GFLOP of one Part C model evaluation on one video (counted by torch's FlopCounterMode on the CPU)."
     from torch.utils.flop_counter import FlopCounterMode
     C = 3 if cfg.c_rgb else 1
-    model = UNet3DEps(C, cfg.c_width) if cfg.c_arch == "unet3d" else TinyVideoEps(cfg.c_width, C)
+    model = make_video_model(cfg.c_arch, cfg.c_width, C)
     x = torch.zeros(1, C, cfg.c_frames, cfg.c_size, cfg.c_size)
     with FlopCounterMode(display=False) as counter, torch.no_grad():
         model(x, 500, label=torch.zeros(1, dtype=torch.long))
