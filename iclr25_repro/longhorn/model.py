@@ -17,7 +17,8 @@ from transformers.modeling_outputs import CausalLMOutputWithPast
 # %% auto #0
 __all__ = ['SCANS', 'KINDS', 'scan_sequential', 'scan_chunked', 'implicit_step_size', 'implicit_update', 'explicit_update',
            'diagonal_coefficients', 'SSMMixer', 'LonghornLayer', 'MambaStyleLayer', 'ExplicitDeltaLayer', 'SSMBlock',
-           'SSMConfig', 'SSMCache', 'SSMForCausalLM', 'llama_baseline', 'mqar', 'query_accuracy']
+           'SSMConfig', 'SSMCache', 'SSMForCausalLM', 'llama_baseline', 'ShortConv', 'conv_llama_baseline', 'mqar',
+           'query_accuracy']
 
 # %% ../../nbs/longhorn/02_implementation.ipynb #4f87a8a5
 def _check_scan(a: torch.Tensor, u: torch.Tensor, s0: torch.Tensor | None) -> None:
@@ -450,6 +451,34 @@ def llama_baseline(vocab_size: int, d_model: int = 64, n_layer: int = 2, n_heads
                       num_hidden_layers=n_layer, num_attention_heads=n_heads, num_key_value_heads=n_heads,
                       max_position_embeddings=max_position_embeddings, tie_word_embeddings=True)
     return LlamaForCausalLM(cfg)
+
+# %% ../../nbs/longhorn/02_implementation.ipynb #9ce9345f
+class ShortConv(nn.Module):
+    "A causal depthwise convolution over the sequence, (B, L, C) -> (B, L, C): the output at t mixes inputs t - d_conv + 1 .. t."
+
+    def __init__(self, channels: int, d_conv: int = 4):
+        super().__init__()
+        for name, v in dict(channels=channels, d_conv=d_conv).items():
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ValueError(f"{name} must be a positive integer, got {v!r}")
+        self.d_conv = d_conv
+        self.conv1d = nn.Conv1d(channels, channels, d_conv, groups=channels, padding=d_conv - 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.dim() != 3 or x.shape[-1] != self.conv1d.in_channels:
+            raise ValueError(f"expected (batch, length, {self.conv1d.in_channels}), got {tuple(x.shape)}")
+        return self.conv1d(x.transpose(1, 2))[..., :x.shape[1]].transpose(1, 2)
+
+
+def conv_llama_baseline(vocab_size: int, d_model: int = 64, n_layer: int = 2, n_heads: int = 4,
+                        max_position_embeddings: int = 2048, d_conv: int = 4):
+    "`llama_baseline` with each layer's key projection followed by a `ShortConv` (the attention ceiling of the MQAR claims)."
+    model = llama_baseline(vocab_size, d_model, n_layer, n_heads, max_position_embeddings)
+    for layer in model.model.layers:
+        attn = layer.self_attn
+        attn.k_proj = nn.Sequential(attn.k_proj, ShortConv(attn.k_proj.out_features, d_conv))
+    model.config.use_cache = model.generation_config.use_cache = False   # a cached key would miss the tokens before it
+    return model
 
 # %% ../../nbs/longhorn/02_implementation.ipynb #6083d0c9
 def mqar(batch: int, length: int, n_pairs: int, vocab_size: int,
