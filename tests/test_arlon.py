@@ -12,9 +12,9 @@ import torch.nn as nn
 from scipy.stats import entropy
 
 from iclr25_repro.arlon import experiment
-from iclr25_repro.arlon.model import (SPRITE, ARLONPipeline, LatentVQ, PlanAR, VideoDiT, all_prompts, background,
-                                      check_prompt, dit_loss, fit_dit, make_scheduler, make_videos, motion_metrics,
-                                      prompt_ids, to_latent, track, uncertainty_sample)
+from iclr25_repro.arlon.model import (FIRST_FRAMES, INTENSITIES, SPRITE, THRESHOLD, ARLONPipeline, LatentVQ, PlanAR,
+                                      VideoDiT, all_prompts, background, check_prompt, dit_loss, fit_dit, make_scheduler,
+                                      make_videos, motion_metrics, prompt_ids, to_latent, track, uncertainty_sample)
 from iclr25_repro.core import cli
 
 
@@ -32,7 +32,8 @@ def test_tracker_reads_the_generated_videos():
     assert tr["found"].all() and np.allclose(tr["centroid"], v["positions"] + SPRITE // 2)
     areas = {"square": 25, "plus": 9, "disk": 21}
     for k, p in enumerate(v["prompts"]):
-        assert (tr["area"][k] == areas[p["shape"]]).all() and np.allclose(tr["intensity"][k], p["intensity"])
+        assert (tr["area"][k] == areas[p["shape"]]).all() and np.allclose(tr["intensity"][k], v["intensity"][k])
+        assert p["intensity"] is None or v["intensity"][k] == p["intensity"]
         step = np.abs(np.diff(v["positions"][k], axis=0))
         assert (step <= p["speed"]).all() and (step.max() == p["speed"])        # bounces never add speed
     m = motion_metrics(v["frames"], v["frames"], v["prompts"])
@@ -44,6 +45,25 @@ def test_tracker_reads_the_generated_videos():
     dim[v["frames"] > 0.3] = 0.45                                             # every sprite at intensity 0.45
     bright = [r for r, p in zip(motion_metrics(dim, v["frames"], v["prompts"]), v["prompts"]) if p["intensity"] == 1.0]
     assert all(r["consistency"] == 0 and r["missing"] == 0 for r in bright)
+
+
+def test_unsaid_intensity_is_the_videos_own():
+    unsaid = [p for p in all_prompts() if p["intensity"] is None]
+    v = make_videos(unsaid * 4, n_frames=24, seed=7)
+    assert set(v["intensity"].tolist()) == set(INTENSITIES)
+    assert torch.equal(make_videos(unsaid, 24, seed=7)["frames"], v["frames"][:len(unsaid)])
+    said = make_videos([dict(p, intensity=0.5) for p in unsaid], 24, seed=7)
+    assert (said["intensity"] == 0.5).all()
+    assert all(r["consistency"] == 1 for r in motion_metrics(v["frames"], v["frames"], v["prompts"]))
+    # the second half at the other level: half the frames keep the video's own intensity
+    x = v["frames"].clone()
+    on = (x - torch.from_numpy(background(16))) > THRESHOLD
+    other = torch.from_numpy(sum(INTENSITIES) - v["intensity"]).view(-1, 1, 1, 1).expand_as(x)
+    x[:, 12:] = torch.where(on[:, 12:], other[:, 12:], x[:, 12:])
+    assert all(r["consistency"] == 0.5 for r in motion_metrics(x, v["frames"], v["prompts"]))
+    # a video whose first frames hold no sprite has no intensity to keep
+    x[:, :FIRST_FRAMES] = torch.from_numpy(background(16))
+    assert all(r["consistency"] == 0 and r["intensity_drift"] == 1 for r in motion_metrics(x, v["frames"], v["prompts"]))
 
 
 def test_vq_against_sklearn_and_scipy(data):
@@ -150,6 +170,9 @@ def test_bad_inputs(data):
         experiment.Config(steps=(5,))
     with pytest.raises(ValueError, match="multiple"):
         experiment.Config(n_frames=30)
+    with pytest.raises(ValueError, match="between 1 and 24"):
+        experiment.Config(unsaid_intensity=True, n_eval=30)
+    assert len(experiment.eval_prompts(False)) == 48 and len(experiment.eval_prompts(True)) == 24
 
 
 def test_determinism(data):

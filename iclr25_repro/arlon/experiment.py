@@ -22,10 +22,15 @@ PAPER = {"title": "ARLON: Boosting Diffusion Transformers with Autoregressive Mo
          "venue": "ICLR 2025", "arxiv": "2410.20502", "code": None}
 
 # %% auto #0
-__all__ = ['PAPER', 'GPU_UNITS_PER_S', 'DELTAS', 'GATES', 'Config', 'arms', 'job', 'run', 'plan', 'unit_values', 'per_seed_text',
-           'make_claims']
+__all__ = ['PAPER', 'GPU_UNITS_PER_S', 'DELTAS', 'GATES', 'eval_prompts', 'Config', 'arms', 'job', 'run', 'plan', 'unit_values',
+           'per_seed_text', 'make_claims']
 
 # %% ../../nbs/arlon/03_evaluation.ipynb #1890d165
+def eval_prompts(unsaid_intensity: bool) -> list[dict]:
+    "The prompts a run draws from: the 48 that name the intensity, or the 24 that leave it for the video to keep."
+    return [p for p in all_prompts() if (p["intensity"] is None) == unsaid_intensity]
+
+
 @dataclass
 class Config(ScaledConfig):
     "The evaluation's knobs; defaults are the ci preset."
@@ -35,7 +40,8 @@ class Config(ScaledConfig):
     segment: int = 8                # frames generated per DiT call
     n_ref: int = 2                  # reference frames carried from the previous segment
     n_train: int = 128              # training videos per seed
-    n_eval: int = 6                 # distinct evaluation prompts per seed (of 48)
+    n_eval: int = 6                 # distinct evaluation prompts per seed (of the 48, or 24, in eval_prompts)
+    unsaid_intensity: bool = False  # the prompts leave the sprite's intensity unsaid
     n_codes: int = 64               # the planner's VQ: codebook size and pooling ratios (4, s_ratio, s_ratio)
     t_ratio: int = 4
     s_ratio: int = 4
@@ -73,8 +79,9 @@ class Config(ScaledConfig):
         if self.n_frames % self.segment or self.n_frames % self.t_ratio:
             raise ValueError(f"n_frames ({self.n_frames}) must be a multiple of segment ({self.segment}) and t_ratio "
                              f"({self.t_ratio})")
-        if not 1 <= self.n_eval <= 48:
-            raise ValueError(f"n_eval must be between 1 and 48 distinct prompts, got {self.n_eval}")
+        n_prompts = len(eval_prompts(self.unsaid_intensity))
+        if not 1 <= self.n_eval <= n_prompts:
+            raise ValueError(f"n_eval must be between 1 and {n_prompts} distinct prompts, got {self.n_eval}")
         if self.n_seeds * self.n_eval < 2:
             raise ValueError("the claims' intervals need at least two (seed, prompt) replicates")
         if not 0 <= self.corrupt <= 1:
@@ -85,7 +92,7 @@ class Config(ScaledConfig):
                      n_workers=1, n_examples=1),
         "ci": {},
         "laptop": dict(n_seeds=4, n_frames=64, n_train=512, n_eval=24, ar_steps=1200, dit_steps=2000),
-        "full": dict(n_seeds=3, size=32, n_frames=128, n_train=2048, n_eval=48, n_codes=128, s_ratio=8,
+        "full": dict(n_seeds=3, size=32, n_frames=128, n_train=2048, n_eval=24, unsaid_intensity=True, n_codes=128, s_ratio=8,
                      n_codes_coarse=32, s_ratio_coarse=16, ar_layers=4, ar_width=256, ar_heads=8, ar_steps=2000,
                      ar_batch=64, dit_width=128, dit_depth=6, dit_heads=8, dit_steps=2000, dit_batch=32,
                      dit_lr=1e-3, steps=(50, 25, 10, 5), n_workers=1),
@@ -107,7 +114,7 @@ def job(seed: int, cfg_dict: dict) -> dict:
     cfg = Config(**cfg_dict)
     dev = pick_device(cfg.device)
     rng = np.random.default_rng(seed)
-    P = all_prompts()
+    P = eval_prompts(cfg.unsaid_intensity)
     with one_thread():
         train = make_videos([P[i] for i in rng.integers(0, len(P), cfg.n_train)], cfg.n_frames, cfg.size, seed)
         held = make_videos([P[i] for i in rng.integers(0, len(P), 64)], cfg.n_frames, cfg.size, seed + 5000)
@@ -157,11 +164,12 @@ def job(seed: int, cfg_dict: dict) -> dict:
             ms = motion_metrics(out["frames"], true["frames"], prompts, plan=ar_plan if plan == "none" else out["plan"])
             for k, m in enumerate(ms):
                 rows.append(dict(seed=seed, kind="rollout", prompt=k, prompt_text=" ".join(str(v) for v in prompts[k].values()),
-                                 dit=dit_name, plan=plan, steps=steps, **m))
+                                 true_intensity=float(true["intensity"][k]), dit=dit_name, plan=plan, steps=steps, **m))
             if seed == cfg.seed and dit_name == "noise-tolerant" and steps == cfg.steps[0]:
                 examples[plan] = out["frames"][:cfg.n_examples].numpy()
         examples["true"] = true["frames"][:cfg.n_examples].numpy()
         examples["prompts"] = prompts[:cfg.n_examples]
+        examples["intensity"] = true["intensity"][:cfg.n_examples].tolist()
     return dict(rows=rows, examples=examples if seed == cfg.seed else None)
 
 

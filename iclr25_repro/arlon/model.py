@@ -14,15 +14,17 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 # %% auto #0
-__all__ = ['PROMPT_FIELDS', 'SPRITE', 'DIRECTIONS', 'BACKGROUND_MAX', 'THRESHOLD', 'MIN_AREA', 'AREA_TOL', 'INTENSITY_TOL',
-           'N_FIELD_VALUES', 'check_prompt', 'all_prompts', 'prompt_ids', 'sprite_mask', 'background', 'make_videos',
-           'track', 'plan_centroids', 'mean_speed', 'motion_metrics', 'to_latent', 'from_latent', 'LatentVQ',
-           'CodesOnly', 'PlanAR', 'cosine_schedule', 'fit_ar', 'uncertainty_sample', 'SemanticInjection',
-           'LatentAdapter', 'DiTBlock', 'VideoDiT', 'make_scheduler', 'dit_loss', 'fit_dit', 'ARLONPipeline']
+__all__ = ['INTENSITIES', 'PROMPT_FIELDS', 'SPRITE', 'DIRECTIONS', 'BACKGROUND_MAX', 'THRESHOLD', 'MIN_AREA', 'AREA_TOL',
+           'INTENSITY_TOL', 'FIRST_FRAMES', 'N_FIELD_VALUES', 'check_prompt', 'all_prompts', 'prompt_ids',
+           'sprite_mask', 'background', 'make_videos', 'track', 'plan_centroids', 'mean_speed', 'reference_intensity',
+           'motion_metrics', 'to_latent', 'from_latent', 'LatentVQ', 'CodesOnly', 'PlanAR', 'cosine_schedule', 'fit_ar',
+           'uncertainty_sample', 'SemanticInjection', 'LatentAdapter', 'DiTBlock', 'VideoDiT', 'make_scheduler',
+           'dit_loss', 'fit_dit', 'ARLONPipeline']
 
 # %% ../../nbs/arlon/02_implementation.ipynb #e62787b0
-PROMPT_FIELDS = {"shape": ("square", "plus", "disk"), "intensity": (0.5, 1.0), "speed": (1, 2),
-                 "direction": (0, 1, 2, 3)}
+INTENSITIES = (0.5, 1.0)                       # the sprite's possible intensities
+PROMPT_FIELDS = {"shape": ("square", "plus", "disk"), "intensity": (None, *INTENSITIES), "speed": (1, 2),
+                 "direction": (0, 1, 2, 3)}          # intensity None: the prompt leaves it unsaid
 SPRITE = 5                                     # sprites are drawn in a SPRITE x SPRITE box
 DIRECTIONS = ((1, 1), (1, -1), (-1, 1), (-1, -1))   # (row, column) signs of each direction quadrant
 BACKGROUND_MAX = 0.15                          # the gradient runs from 0 (left) to this (right)
@@ -45,7 +47,7 @@ def check_prompt(prompt: dict) -> dict:
 
 
 def all_prompts() -> list[dict]:
-    "Every prompt: 3 shapes x 2 intensities x 2 speeds x 4 directions = 48."
+    "Every prompt: 3 shapes x 3 intensities (unsaid, 0.5, 1) x 2 speeds x 4 directions = 72."
     return [dict(zip(PROMPT_FIELDS, v)) for v in itertools.product(*PROMPT_FIELDS.values())]
 
 
@@ -74,7 +76,7 @@ def background(size: int) -> np.ndarray:
 
 def make_videos(prompts: list[dict], n_frames: int = 64, size: int = 16, seed: int = 0) -> dict:
     """Long videos of one bouncing sprite per prompt: frames (P, T, size, size) in [0, 1], the sprite's top-left
-    positions (P, T, 2) and the prompts."""
+    positions (P, T, 2), its intensities (P,) (drawn from the seed where the prompt leaves it unsaid) and the prompts."""
     if n_frames < 2:
         raise ValueError(f"n_frames must be at least 2, got {n_frames}")
     if size < 2 * SPRITE:
@@ -84,25 +86,28 @@ def make_videos(prompts: list[dict], n_frames: int = 64, size: int = 16, seed: i
     hi = size - SPRITE                                      # positions live in [0, hi]
     frames = np.repeat(background(size)[None, None], len(prompts), 0).repeat(n_frames, 1)
     pos = np.zeros((len(prompts), n_frames, 2), np.int64)
+    level = np.zeros(len(prompts), np.float32)
     for k, p in enumerate(prompts):
         mask = sprite_mask(p["shape"])
+        level[k] = INTENSITIES[rng.integers(len(INTENSITIES))] if p["intensity"] is None else p["intensity"]
         x = rng.integers(0, hi + 1, size=2)
         v = np.array(DIRECTIONS[p["direction"]]) * p["speed"]
         for t in range(n_frames):
             pos[k, t] = x
-            frames[k, t, x[0]:x[0] + SPRITE, x[1]:x[1] + SPRITE][mask] = p["intensity"]
+            frames[k, t, x[0]:x[0] + SPRITE, x[1]:x[1] + SPRITE][mask] = level[k]
             x = x + v
             for a in range(2):                              # reflect off the walls
                 if x[a] < 0:
                     x[a], v[a] = -x[a], -v[a]
                 elif x[a] > hi:
                     x[a], v[a] = 2 * hi - x[a], -v[a]
-    return dict(frames=torch.from_numpy(frames), positions=pos, prompts=prompts)
+    return dict(frames=torch.from_numpy(frames), positions=pos, intensity=level, prompts=prompts)
 
 # %% ../../nbs/arlon/02_implementation.ipynb #73be594c
 THRESHOLD = 0.25        # half the dimmest sprite intensity, above the background
 MIN_AREA = 3            # fewer pixels above the threshold: the sprite is missing
 AREA_TOL, INTENSITY_TOL = 0.25, 0.2
+FIRST_FRAMES = 8        # an unsaid intensity is read from the video's first frames (the first segment)
 
 
 def track(frames) -> dict:
@@ -135,6 +140,16 @@ def mean_speed(tr: dict) -> np.ndarray:
     return np.where(both.any(-1), (step * both).sum(-1) / np.maximum(both.sum(-1), 1), 0.0)
 
 
+def reference_intensity(tr: dict, k: int, prompt: dict) -> float:
+    "The intensity video k must keep: the prompt's, or where unsaid the level in INTENSITIES nearest its first frames'."
+    if prompt["intensity"] is not None:
+        return prompt["intensity"]
+    seen = tr["intensity"][k, :FIRST_FRAMES][tr["found"][k, :FIRST_FRAMES]]
+    if not len(seen):
+        return float("nan")                                 # no sprite at the start: no frame can be consistent
+    return min(INTENSITIES, key=lambda level: abs(level - float(np.median(seen))))
+
+
 def motion_metrics(frames, true_frames, prompts: list[dict], plan=None) -> list[dict]:
     "One dict of metrics per video: dynamic degree against the true video's speed, consistency, missing, drift, adherence."
     tr, ref = track(frames), track(true_frames)
@@ -147,12 +162,13 @@ def motion_metrics(frames, true_frames, prompts: list[dict], plan=None) -> list[
     for k, p in enumerate(prompts):
         area0, found = sprite_mask(p["shape"]).sum(), tr["found"][k]
         area_err = np.abs(tr["area"][k] / area0 - 1)
-        int_err = np.abs(tr["intensity"][k] - p["intensity"])
+        level = reference_intensity(tr, k, p)
+        int_err = np.abs(tr["intensity"][k] - level)
         ok = found & (area_err <= AREA_TOL) & (int_err <= INTENSITY_TOL)
         row = dict(dynamic=float(speed[k] / true_speed[k]), speed=float(speed[k]), true_speed=float(true_speed[k]),
                    consistency=float(ok.mean()), missing=float(1 - found.mean()),
                    shape_drift=float(area_err[found].mean()) if found.any() else 1.0,
-                   intensity_drift=float(int_err[found].mean()) if found.any() else 1.0)
+                   intensity_drift=float(int_err[found].mean()) if found.any() and np.isfinite(level) else 1.0)
         if pc is not None:
             d = np.linalg.norm(tr["centroid"][k] - pc[k], axis=-1)
             row["adherence_px"] = float(d[found].mean()) if found.any() else float(tr["centroid"].shape[-2])
