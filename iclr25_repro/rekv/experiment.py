@@ -86,8 +86,8 @@ class Config(ScaledConfig):
     PRESETS: ClassVar[dict] = {
         "tiny": dict(n_seeds=2, after_frac=0.25, steps=40, dual_steps=40, test_frames=(16, 64), full_max_frames=64, n_videos=4,
                      claim_frames=64, stream_frames=32, n_workers=1),
-        # ci shows the pipeline end to end within its time budget: eight videos per seed and length, a shorter reference dual encoder
-        "ci": dict(n_videos=8, dual_steps=200),
+        # ci shows the pipeline end to end within its time budget: four videos per seed and length, a shorter reference dual encoder
+        "ci": dict(n_videos=4, dual_steps=100),
         # sized from the ci replicates' spread (see "Sizing the laptop preset"): more seeds and videos, 1,024 frames,
         # a deeper decoder (4 layers) so that per-layer recall beyond the first layer is measured
         "laptop": dict(n_seeds=8, layers=4, steps=500, dual_steps=500, test_frames=(16, 64, 256, 1024),
