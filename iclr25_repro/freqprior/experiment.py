@@ -210,6 +210,13 @@ def sprite_videos(n: int, T: int = 8, H: int = 16, W: int = 16, gen: torch.Gener
         pos = (pos + vel).clamp(min=torch.tensor([0, 0]), max=top)
     return (video, cls) if labels else video
 
+def _time_features(t, x: torch.Tensor) -> torch.Tensor:
+    "Sinusoidal features (B, 32) of the diffusion step t (a scalar or one per video of x), 16 frequencies up to 1/1000."
+    t = torch.as_tensor(t, dtype=torch.float32, device=x.device).reshape(-1).expand(x.shape[0])
+    freqs = torch.exp(-math.log(1000.0) * torch.arange(16, device=x.device) / 16)
+    return torch.cat([torch.sin(t[:, None] * freqs), torch.cos(t[:, None] * freqs)], dim=1)
+
+
 class TinyVideoEps(torch.nn.Module):
     "A factorised (space 1x3x3, time 3x1x1) residual conv net predicting eps, FiLM time conditioning, global context."
     def __init__(self, channels: int = 12, in_channels: int = 1):
@@ -226,9 +233,7 @@ class TinyVideoEps(torch.nn.Module):
         "eps(x, t); `label` is accepted and ignored (an unconditional model)."
         dtype = x.dtype
         x = x.float()
-        t = torch.as_tensor(t, dtype=torch.float32, device=x.device).reshape(-1).expand(x.shape[0])
-        freqs = torch.exp(-math.log(1000.0) * torch.arange(16, device=x.device) / 16)
-        emb = torch.cat([torch.sin(t[:, None] * freqs), torch.cos(t[:, None] * freqs)], dim=1)
+        emb = _time_features(t, x)
         film = self.temb(emb)[:, :, None, None, None].chunk(4, dim=1)
         h = self.inp(x)
         for k in range(2):
@@ -310,9 +315,7 @@ class SmallVideoUNet(torch.nn.Module):
         "eps(x, t) for x (B, C, T, H, W) with even H and W; `label` is accepted and ignored (an unconditional model)."
         dtype = x.dtype
         x = x.float()
-        t = torch.as_tensor(t, dtype=torch.float32, device=x.device).reshape(-1).expand(x.shape[0])
-        freqs = torch.exp(-math.log(1000.0) * torch.arange(16, device=x.device) / 16)
-        emb = self.temb(torch.cat([torch.sin(t[:, None] * freqs), torch.cos(t[:, None] * freqs)], dim=1))
+        emb = self.temb(_time_features(t, x))
         h1 = self.down_block(self.inp(x), emb)                                               # (B, C, T, H, W)
         h = self.down(h1)                                                                   # (B, 2C, T, H/2, W/2)
         for block in self.mid:
