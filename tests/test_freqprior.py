@@ -579,3 +579,15 @@ def test_freqprior_mixin_in_diffusers_animatediff_pipeline():
         pipe.disable_freqprior()
         plain = pipe(latents=latents.clone(), generator=gens(), **kw).frames
         assert not torch.allclose(plain, ours, atol=1e-3)                  # FreqPrior changed the samples
+
+
+def test_jumps_are_steps_the_data_cannot_make():
+    "The data's sprite never moves more than MAX_STEP in a frame; a sprite that teleports does."
+    v = experiment.sprite_videos(512, gen=torch.Generator().manual_seed(3))
+    m = experiment.video_metrics(v)
+    assert m["jumps"].max() == 0 and m["speed"].mean() > 1.5
+    steps = experiment.sprite_steps(v)
+    assert steps.shape == (512, 7) and float(steps.max()) == pytest.approx(experiment.MAX_STEP)
+    teleport = v.clone()
+    teleport[:, :, 1::2] = v[:, :, 1::2].flip(-1).flip(-2)                     # odd frames: sprite mirrored far away
+    assert experiment.video_metrics(teleport)["jumps"].mean() > 0.3

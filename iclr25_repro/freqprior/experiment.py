@@ -19,11 +19,11 @@ from .noise import (VideoDiffusionSampler, animatediff_ddim_scheduler, butterwor
                                           freeinit_mix, freqprior_refine, make_filter, pyoco_mixed, pyoco_progressive)
 
 # %% auto #0
-__all__ = ['PAPER', 'PALETTE', 'DELTAS', 'GATE_FACTOR', 'FFT_UNITS', 'NOISE_UNITS', 'START_UNITS', 'GPU_UNITS_PER_S', 'Config',
-           'bands', 'spectrum', 'noise_statistics', 'radial_profile', 'GaussianVideoPrior', 'exact_toy',
-           'sprite_videos', 'TinyVideoEps', 'UNet3DEps', 'SmallVideoUNet', 'make_video_model', 'VParam', 'sprite_speed',
-           'video_metrics', 'learned_toy', 'mean_rows', 'per_seed', 'c4_gates', 'make_claims', 'explicit_cov',
-           'explicit_cov_error', 'jobs_for', 'run', 'worlds', 'forward_gflop', 'plan']
+__all__ = ['PAPER', 'PALETTE', 'MAX_STEP', 'DELTAS', 'GATE_FACTOR', 'FFT_UNITS', 'NOISE_UNITS', 'START_UNITS', 'GPU_UNITS_PER_S',
+           'Config', 'bands', 'spectrum', 'noise_statistics', 'radial_profile', 'GaussianVideoPrior', 'exact_toy',
+           'sprite_videos', 'TinyVideoEps', 'UNet3DEps', 'SmallVideoUNet', 'make_video_model', 'VParam', 'sprite_steps',
+           'sprite_speed', 'video_metrics', 'learned_toy', 'mean_rows', 'per_seed', 'c4_gates', 'make_claims',
+           'explicit_cov', 'explicit_cov_error', 'jobs_for', 'run', 'worlds', 'forward_gflop', 'plan']
 
 # %% ../../nbs/freqprior/03_evaluation.ipynb #82c4a50a
 @dataclass
@@ -346,25 +346,36 @@ class VParam(torch.nn.Module):
         a = self.acp[t].to(x.dtype).reshape(-1, *([1] * (x.dim() - 1)))
         return a.sqrt() * self.net(x, t, label=label) + (1 - a).sqrt() * x
 
-def sprite_speed(v: torch.Tensor, sprite: int = 3) -> np.ndarray:
-    """Per-video mean sprite speed (pixels per frame): each frame minus the video's temporal median, summed over
-    channels and sprite-sized boxes; the sprite is where that residual is largest."""
+def sprite_steps(v: torch.Tensor, sprite: int = 3) -> torch.Tensor:
+    """Per-video distances (pixels) the located sprite moves between consecutive frames, (n, T - 1): each frame minus
+    the video's temporal median, summed over channels and sprite-sized boxes; the sprite is where that residual is
+    largest."""
     r = (v - v.median(dim=2, keepdim=True).values).abs().sum(1)                           # (n, T, H, W)
     box = torch.nn.functional.avg_pool2d(r.flatten(0, 1)[:, None].float(), sprite, stride=1)[:, 0]
     n, T = r.shape[:2]
     idx = box.flatten(1).argmax(1)
     pos = torch.stack([idx // box.shape[-1], idx % box.shape[-1]], 1).reshape(n, T, 2).double()
-    return (pos[:, 1:] - pos[:, :-1]).norm(dim=-1).mean(1).numpy()
+    return (pos[:, 1:] - pos[:, :-1]).norm(dim=-1)
+
+def sprite_speed(v: torch.Tensor, sprite: int = 3) -> np.ndarray:
+    "Per-video mean sprite speed (pixels per frame), the mean of `sprite_steps`."
+    return sprite_steps(v, sprite).mean(1).numpy()
+
+MAX_STEP = 2 * math.sqrt(2)   # the farthest the data's sprite moves in a frame: at most 2 pixels along each axis
 
 def video_metrics(v: torch.Tensor, sprite: int = 3) -> dict:
-    "Per-video flicker (temporal std of frame means), spatial power above half Nyquist, and sprite speed, as arrays."
+    """Per-video flicker (temporal std of frame means), spatial power above half Nyquist, sprite speed, and the
+    fraction of frame-to-frame steps of the located sprite longer than `MAX_STEP` (jumps: no data video has one), as
+    arrays."""
     v = v.double()
     flicker = v.mean(dim=(-2, -1)).std(dim=-1).flatten(1).mean(1)
     H, W = v.shape[-2:]
     k = torch.sqrt(torch.fft.fftfreq(H)[:, None] ** 2 + torch.fft.fftfreq(W)[None, :] ** 2)
     p = torch.fft.fft2(v, norm="ortho").abs() ** 2
     hf = p[..., k > 0.25].mean(dim=-1).flatten(1).mean(1)
-    return dict(flicker=flicker.numpy(), hf=hf.numpy(), speed=sprite_speed(v, sprite))
+    steps = sprite_steps(v, sprite)
+    return dict(flicker=flicker.numpy(), hf=hf.numpy(), speed=steps.mean(1).numpy(),
+                jumps=(steps > MAX_STEP + 1e-9).double().mean(1).numpy())
 
 def _sample_batches(sampler, eps0, method, cfg, labels, null, gen, batch: int):
     "Sample in chunks of `batch` videos; returns (x0 on the CPU, model calls per video)."
@@ -425,7 +436,7 @@ def learned_toy(cfg, k: int, n_boot: int = 1999) -> dict:
         eps0 = torch.randn(n, C, cfg.c_frames, cfg.c_size, cfg.c_size, generator=gen).to(device)
         labels = torch.randint(0, len(PALETTE), (n,), generator=gen) if conditional else None
         rows = [dict(seed=seed, method="data", flicker=float(ref["flicker"].mean()), hf_ratio=1.0, speed_ratio=1.0,
-                     speed=float(ref["speed"].mean()), calls=0, loss_first=float(np.mean(losses[:10])),
+                     speed=float(ref["speed"].mean()), jumps=float(ref["jumps"].mean()), calls=0, loss_first=float(np.mean(losses[:10])),
                      loss_last=float(np.mean(losses[-10:])))]
         boot = dict(method="percentile", n_resamples=n_boot, seed=seed)    # scipy.stats.bootstrap, via core
         per_video = {}
@@ -438,7 +449,8 @@ def learned_toy(cfg, k: int, n_boot: int = 1999) -> dict:
                 rows.append(dict(seed=seed, method=method, calls=calls, flicker=float(m["flicker"].mean()),
                                  flicker_lo=fl["lo"], flicker_hi=fl["hi"],
                                  hf_ratio=float(m["hf"].mean() / ref["hf"].mean()), speed=float(m["speed"].mean()),
-                                 speed_ratio=float(m["speed"].mean() / ref["speed"].mean())))
+                                 speed_ratio=float(m["speed"].mean() / ref["speed"].mean()),
+                                 jumps=float(m["jumps"].mean())))
         diff = paired_interval(per_video["freqprior"]["flicker"], per_video["gaussian"]["flicker"], **boot)
         return dict(seed=seed, rows=rows, loss_first=float(np.mean(losses[:10])), loss_last=float(np.mean(losses[-10:])),
                     n_params=sum(p.numel() for p in model.parameters()),
