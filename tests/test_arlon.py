@@ -267,5 +267,88 @@ def test_full_smoke(tmp_root):
     start = time.perf_counter()
     doc = cli.run_experiment("arlon", "full", "cpu", 0, smoke=True)
     assert doc["scale"] == "full" and doc["config"]["smoke"] is True and doc["claims"]
+    ablated = {r["dit"] for r in doc["details"] if r.get("kind") == "rollout"} - {"noise-tolerant", "plain"}
+    assert ablated == set(experiment.ABLATIONS)          # every ablation DiT rendered, and only on the first seed
+    assert {r["seed"] for r in doc["details"] if r.get("dit") in ablated} == {0}
     assert not (tmp_root / "book" / "results").exists()
     assert time.perf_counter() - start < 60
+
+
+def test_plan_modes_and_adapter(data):
+    x, t, ref = torch.randn(3, 10, 16, 16), torch.tensor([5, 500, 900]), torch.zeros(3, 10)
+    plan = torch.randn(3, 10, 16, 16)
+    torch.manual_seed(2)
+    cat = VideoDiT(window=10, plan_mode="concat")
+    assert cat.patch_in.in_features == 3 * 16 and VideoDiT(window=10).patch_in.in_features == 2 * 16
+    nn.init.normal_(cat.out.weight, std=0.05)
+    with torch.no_grad():
+        out = cat(x, t, data["pids"][:3], ref, plan=plan)
+        assert out.shape == x.shape
+        # no plan reads as a plan of zeros; a plan changes the output (no zero gate on this path)
+        assert torch.equal(cat(x, t, data["pids"][:3], ref), cat(x, t, data["pids"][:3], ref, plan=torch.zeros_like(x)))
+        assert not torch.allclose(out, cat(x, t, data["pids"][:3], ref))
+    # without the adapter the injection's gate is still zero at initialisation: the plan changes nothing
+    torch.manual_seed(3)
+    bare = VideoDiT(window=10, adapter_blocks=0)
+    assert len(bare.adapter.blocks) == 0
+    h = torch.randn(2, 5, 32)
+    assert torch.equal(bare.adapter(h), h)
+    nn.init.normal_(bare.out.weight, std=0.05)
+    with torch.no_grad():
+        assert torch.equal(bare(x, t, data["pids"][:3], ref, plan=plan), bare(x, t, data["pids"][:3], ref))
+    with pytest.raises(ValueError, match="plan_mode"):
+        VideoDiT(plan_mode="add")
+    with pytest.raises(ValueError, match="adapter_blocks"):
+        VideoDiT(adapter_blocks=-1)
+    with pytest.raises(ValueError, match="plan must have the shape"):
+        cat(x, t, data["pids"][:3], ref, plan=plan[:, :8])
+    # every plan mode trains a step
+    hist = fit_dit(cat, data["X"][:8], data["pids"][:8], data["X"][:8], steps=2, batch=4, seed=0)
+    assert len(hist) == 2 and np.isfinite(hist[-1]["loss"])
+
+
+def test_progressive_plan_and_rollout(data):
+    codes = data["vq"].encode(data["X"])
+    torch.manual_seed(0)
+    ar = PlanAR(32, codes.shape[1])
+    p = all_prompts()[5]
+    full = ar.sample(prompt_ids([p]), seed=4)
+    kept = ar.sample(prompt_ids([p]), seed=9, codes=full[:, :2])
+    assert kept.shape == full.shape and torch.equal(kept[:, :2], full[:, :2])
+    assert torch.equal(ar.sample(prompt_ids([p]), seed=9, codes=full), full)       # nothing left to sample
+    assert torch.equal(ar.sample(prompt_ids([p]), seed=4, codes=full[:, :0]), full)  # no codes kept: a plain sample
+    with pytest.raises(ValueError, match="codes must be"):
+        ar.sample(prompt_ids([p]), codes=torch.zeros(2, 1, dtype=torch.long))
+    with pytest.raises(ValueError, match="codes must be in"):
+        ar.sample(prompt_ids([p]), codes=torch.full((1, 1), 99))
+    torch.manual_seed(0)
+    pipe = ARLONPipeline(VideoDiT(window=10), data["vq"], ar)
+    seg = experiment.progressive_prompts(p, 2)
+    assert seg[0] == p and seg[1]["direction"] == 3 - p["direction"] and seg[1]["speed"] == 3 - p["speed"]
+    out = pipe.progressive(seg, steps=2, seed=0)
+    assert out["frames"].shape == (1, 16, 16, 16) and out["codes"].shape == (1, 4) and out["plan"].shape == (1, 16, 16, 16)
+    # one prompt in every segment with the plan dropped is the ordinary rollout without a plan
+    same = pipe.progressive([p, p], steps=2, plan=False, seed=0)
+    assert same["codes"] is None and torch.equal(same["frames"], pipe([p], n_frames=16, steps=2, plan=None, seed=0)["frames"])
+    with pytest.raises(ValueError, match="segment prompts"):
+        pipe.progressive([p] * 3, steps=2)
+    with pytest.raises(ValueError, match="none"):
+        pipe.progressive([], steps=2)
+    with pytest.raises(ValueError, match="steps"):
+        pipe.progressive(seg, steps=0)
+    with pytest.raises(ValueError, match="unknown field"):
+        pipe.progressive([dict(p, colour="red"), p], steps=2)
+
+
+def test_ablations_only_in_the_full_preset():
+    for scale in ("tiny", "ci", "laptop"):
+        cfg = experiment.Config.preset(scale)
+        assert not cfg.ablations and not cfg.progressive
+        assert all(d in ("noise-tolerant", "plain") for d, _, _ in experiment.arms(cfg))
+    full = experiment.Config.preset("full")
+    assert full.ablations and full.progressive
+    names = {d for d, _, _ in experiment.arms(full)}
+    assert set(experiment.ABLATIONS) <= names
+    on = experiment.plan(full)
+    off = experiment.plan(experiment.Config.preset("full", ablations=False, progressive=False))
+    assert sum(p["units"] for p in on) > sum(p["units"] for p in off)

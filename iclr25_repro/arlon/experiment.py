@@ -22,8 +22,8 @@ PAPER = {"title": "ARLON: Boosting Diffusion Transformers with Autoregressive Mo
          "venue": "ICLR 2025", "arxiv": "2410.20502", "code": None}
 
 # %% auto #0
-__all__ = ['PAPER', 'GPU_UNITS_PER_S', 'DELTAS', 'GATES', 'eval_prompts', 'Config', 'arms', 'job', 'run', 'plan', 'unit_values',
-           'per_seed_text', 'make_claims']
+__all__ = ['PAPER', 'ABLATIONS', 'GPU_UNITS_PER_S', 'DELTAS', 'GATES', 'eval_prompts', 'Config', 'arms', 'progressive_prompts',
+           'job', 'run', 'plan', 'unit_values', 'per_seed_text', 'make_claims']
 
 # %% ../../nbs/arlon/03_evaluation.ipynb #1890d165
 def eval_prompts(unsaid_intensity: bool) -> list[dict]:
@@ -69,6 +69,9 @@ class Config(ScaledConfig):
     steps: tuple = (25, 5)          # DDIM steps of the rollouts, most first
     corrupt: float = 0.25           # share of the AR codes replaced at random in the corrupted arms
     n_examples: int = 2             # prompts of the first seed whose rollouts are kept for the figures
+    ablations: bool = False         # first seed only: three more noise-tolerant DiTs (coarse latent at the planner's
+                                    # ratio, the plan concatenated to the input, no adapter), rendered with the AR plan
+    progressive: bool = False       # first seed only: one rollout whose prompt changes between segments
     n_workers: int = 2
 
     def __post_init__(self):
@@ -95,7 +98,7 @@ class Config(ScaledConfig):
         "full": dict(n_seeds=3, size=32, n_frames=128, n_train=2048, n_eval=24, unsaid_intensity=True, n_codes=128, s_ratio=8,
                      n_codes_coarse=32, s_ratio_coarse=16, ar_layers=4, ar_width=256, ar_heads=8, ar_steps=2000,
                      ar_batch=64, dit_width=128, dit_depth=6, dit_heads=8, dit_steps=2000, dit_batch=32,
-                     dit_lr=1e-3, steps=(50, 25, 10, 5), n_workers=1),
+                     dit_lr=1e-3, steps=(50, 25, 10, 5), ablations=True, progressive=True, n_workers=1),
     }
     SMOKE: ClassVar[dict] = {**{k: (lambda cap: lambda v: min(v, cap))(cap) for k, cap in dict(
         n_seeds=1, n_train=40, n_frames=32, n_eval=2, ar_steps=2, dit_steps=2, dit_batch=4, ar_batch=4, n_workers=1,
@@ -106,7 +109,21 @@ def arms(cfg) -> list[tuple[str, str, int]]:
     "(dit, plan, steps) of every rollout."
     hi = cfg.steps[0]
     out = [("noise-tolerant", plan, s) for plan in ("none", "AR", "oracle") for s in cfg.steps]
-    return out + [("noise-tolerant", "AR-corrupted", hi), ("plain", "AR", hi), ("plain", "AR-corrupted", hi)]
+    out = out + [("noise-tolerant", "AR-corrupted", hi), ("plain", "AR", hi), ("plain", "AR-corrupted", hi)]
+    return out + [(name, "AR", hi) for name in ABLATIONS] if cfg.ablations else out
+
+
+# The ablation DiTs (cfg.ablations, first seed only): each is the noise-tolerant DiT (same initialisation seed, data
+# order, lambda and noise_p) with one thing changed. Name -> (plan latent: "coarse" or "planner's", plan_mode, adapter).
+ABLATIONS = {"nt, planner's ratio": ("planner's", "inject", True),   # Table 3: the DiT's latent at the other ratio
+             "nt, concatenated": ("coarse", "concat", True),          # the plan concatenated to the input
+             "nt, no adapter": ("coarse", "inject", False)}           # the injection without the latent adapter
+
+
+def progressive_prompts(prompt: dict, n_segments: int) -> list[dict]:
+    "One prompt per segment: `prompt` for the first half, then the opposite direction at the other speed."
+    later = dict(prompt, direction=3 - prompt["direction"], speed=3 - prompt["speed"])
+    return [prompt if k < n_segments // 2 else later for k in range(n_segments)]
 
 
 def job(seed: int, cfg_dict: dict) -> dict:
@@ -136,10 +153,15 @@ def job(seed: int, cfg_dict: dict) -> dict:
             _, acc = ar.loss(prompt_ids(held["prompts"]), vq.encode(to_latent(held["frames"])))
         info.update(ar_acc=float(acc), ar_loss_end=float(np.mean([h["loss"] for h in h_ar[-10:]])))
         dits = {}
-        for name, plans, lam, p in (("noise-tolerant", F_coarse, cfg.lam, cfg.noise_p), ("plain", F_fine, 0.0, 0.0)):
-            torch.manual_seed(seed)              # the same initialisation and data order for both DiTs
+        variants = [("noise-tolerant", F_coarse, cfg.lam, cfg.noise_p, "inject", cfg.adapter_blocks),
+                    ("plain", F_fine, 0.0, 0.0, "inject", cfg.adapter_blocks)]
+        if cfg.ablations and seed == cfg.seed:
+            variants += [(name, F_fine if lat == "planner's" else F_coarse, cfg.lam, cfg.noise_p, mode,
+                          cfg.adapter_blocks if adapter else 0) for name, (lat, mode, adapter) in ABLATIONS.items()]
+        for name, plans, lam, p, mode, n_adapter in variants:
+            torch.manual_seed(seed)              # the same initialisation and data order for every DiT
             dit = VideoDiT(cfg.size, cfg.segment + cfg.n_ref, cfg.patch, cfg.dit_width, cfg.dit_depth, cfg.dit_heads,
-                           cfg.adapter_blocks).to(dev)
+                           n_adapter, mode).to(dev)
             hist = fit_dit(dit, X, pids, plans, cfg.dit_steps, cfg.dit_batch, cfg.dit_lr, cfg.n_ref, cfg.ref_dropout,
                            cfg.plan_dropout, lam, p, seed)
             info[f"dit_loss_end_{name}"] = float(np.mean([h["loss"] for h in hist[-max(1, len(hist) // 10):]]))
@@ -159,6 +181,8 @@ def job(seed: int, cfg_dict: dict) -> dict:
                     true_missing=float(np.mean([r["missing"] for r in tm])))
         rows, examples = [info], {}
         for dit_name, plan, steps in arms(cfg):
+            if dit_name not in dits:             # the ablation DiTs exist on the first seed only
+                continue
             pipe = ARLONPipeline(dits[dit_name], vq, ar, cfg.segment, cfg.n_ref)
             out = pipe(prompts, cfg.n_frames, steps, plan=plan_codes[plan], seed=seed)   # the same noise in every arm
             ms = motion_metrics(out["frames"], true["frames"], prompts, plan=ar_plan if plan == "none" else out["plan"])
@@ -167,6 +191,13 @@ def job(seed: int, cfg_dict: dict) -> dict:
                                  true_intensity=float(true["intensity"][k]), dit=dit_name, plan=plan, steps=steps, **m))
             if seed == cfg.seed and dit_name == "noise-tolerant" and steps == cfg.steps[0]:
                 examples[plan] = out["frames"][:cfg.n_examples].numpy()
+        if cfg.progressive and seed == cfg.seed:
+            pipe = ARLONPipeline(dits["noise-tolerant"], vq, ar, cfg.segment, cfg.n_ref)
+            seg = progressive_prompts(prompts[0], cfg.n_frames // cfg.segment)
+            prog = {key: pipe.progressive(seg, cfg.steps[0], plan=with_plan, seed=seed, top_k=cfg.top_k)
+                    for key, with_plan in (("AR", True), ("none", False))}
+            examples["progressive"] = dict(prompts=seg, segment=cfg.segment, frames={k: o["frames"][0].numpy() for k, o in prog.items()},
+                                           plan=prog["AR"]["plan"][0].numpy())
         examples["true"] = true["frames"][:cfg.n_examples].numpy()
         examples["prompts"] = prompts[:cfg.n_examples]
         examples["intensity"] = true["intensity"][:cfg.n_examples].tolist()
@@ -192,9 +223,12 @@ def plan(cfg: Config) -> list[dict]:
     "The phases of a run, with their work in DiT token-passes (a training step counts three passes)."
     tokens = (cfg.segment + cfg.n_ref) * (cfg.size // cfg.patch) ** 2
     par = effective_workers(min(cfg.n_workers, cfg.n_seeds))
-    train = cfg.n_seeds * 2 * cfg.dit_steps * cfg.dit_batch * tokens * 3 * (cfg.dit_width / 32) ** 2 * cfg.dit_depth / 2
-    n_arm_steps = sum(s for _, _, s in arms(cfg))
-    roll = (cfg.n_seeds * cfg.n_eval * (cfg.n_frames // cfg.segment) * n_arm_steps * tokens
+    n_dits = cfg.n_seeds * 2 + (len(ABLATIONS) if cfg.ablations else 0)    # the ablation DiTs: first seed only
+    train = n_dits * cfg.dit_steps * cfg.dit_batch * tokens * 3 * (cfg.dit_width / 32) ** 2 * cfg.dit_depth / 2
+    per_seed = sum(s for d, _, s in arms(cfg) if d not in ABLATIONS)
+    n_arm_steps = cfg.n_seeds * per_seed + sum(s for d, _, s in arms(cfg) if d in ABLATIONS)
+    n_arm_steps += 2 * cfg.steps[0] / cfg.n_eval if cfg.progressive else 0   # two one-video rollouts
+    roll = (cfg.n_eval * (cfg.n_frames // cfg.segment) * n_arm_steps * tokens
             * (cfg.dit_width / 32) ** 2 * cfg.dit_depth / 2)
     ar = cfg.n_seeds * cfg.ar_steps * cfg.ar_batch * (cfg.n_frames // cfg.t_ratio + 6) * 3 * (cfg.ar_width / 32) ** 2
     setup = cfg.n_seeds * 2e5   # a fixed cost per seed (a worker's start, data, k-means): about 1.5 s on one CPU thread
@@ -203,11 +237,13 @@ def plan(cfg: Config) -> list[dict]:
                  size=f"{cfg.n_train} videos of {cfg.n_frames} frames at {cfg.size} px; VQ {cfg.n_codes} codes at "
                       f"(4, {cfg.s_ratio}, {cfg.s_ratio}) and {cfg.n_codes_coarse} at (4, {cfg.s_ratio_coarse}, "
                       f"{cfg.s_ratio_coarse}); GPT-2 {cfg.ar_layers} x {cfg.ar_width}, {cfg.ar_steps} steps"),
-            dict(phase="two DiTs", jobs=2 * cfg.n_seeds, units=train / par,
-                 size=f"{cfg.dit_depth} blocks x {cfg.dit_width}, {tokens} tokens, {cfg.dit_steps} steps x batch "
+            dict(phase="DiTs", jobs=n_dits, units=train / par,
+                 size=f"two per seed" + (f" and {len(ABLATIONS)} ablations on the first seed" if cfg.ablations else "")
+                      + f": {cfg.dit_depth} blocks x {cfg.dit_width}, {tokens} tokens, {cfg.dit_steps} steps x batch "
                       f"{cfg.dit_batch}"),
-            dict(phase="rollouts", jobs=len(arms(cfg)) * cfg.n_seeds, units=roll / par,
-                 size=f"{cfg.n_eval} prompts x {cfg.n_frames} frames, {len(arms(cfg))} arms, DDIM steps {cfg.steps}")]
+            dict(phase="rollouts", jobs=sum(cfg.n_seeds if d not in ABLATIONS else 1 for d, _, _ in arms(cfg)), units=roll / par,
+                 size=f"{cfg.n_eval} prompts x {cfg.n_frames} frames, {len(arms(cfg))} arms, DDIM steps {cfg.steps}"
+                      + (", a progressive-prompt rollout with and without the plan" if cfg.progressive else ""))]
 
 # %% ../../nbs/arlon/03_evaluation.ipynb #d13e756b
 # The smallest effects that matter, fixed before any run (see "Rules" above).

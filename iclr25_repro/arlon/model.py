@@ -15,7 +15,7 @@ import torch.nn.functional as F
 
 # %% auto #0
 __all__ = ['INTENSITIES', 'PROMPT_FIELDS', 'SPRITE', 'DIRECTIONS', 'BACKGROUND_MAX', 'THRESHOLD', 'MIN_AREA', 'AREA_TOL',
-           'INTENSITY_TOL', 'FIRST_FRAMES', 'N_FIELD_VALUES', 'check_prompt', 'all_prompts', 'prompt_ids',
+           'INTENSITY_TOL', 'FIRST_FRAMES', 'N_FIELD_VALUES', 'PLAN_MODES', 'check_prompt', 'all_prompts', 'prompt_ids',
            'sprite_mask', 'background', 'make_videos', 'track', 'plan_centroids', 'mean_speed', 'reference_intensity',
            'motion_metrics', 'to_latent', 'from_latent', 'LatentVQ', 'CodesOnly', 'PlanAR', 'cosine_schedule', 'fit_ar',
            'uncertainty_sample', 'SemanticInjection', 'LatentAdapter', 'DiTBlock', 'VideoDiT', 'make_scheduler',
@@ -295,15 +295,29 @@ class PlanAR(nn.Module):
         return out.loss, (pred == codes.to(pred.device)).float().mean()
 
     @torch.no_grad()
-    def sample(self, pids: torch.Tensor, seed: int = 0, top_k: int = 8, temperature: float = 1.0) -> torch.Tensor:
-        "(P, L) sampled codes for the prompts `pids` (top-k sampling, codes only); seeded without touching global state."
+    def sample(self, pids: torch.Tensor, seed: int = 0, top_k: int = 8, temperature: float = 1.0,
+               codes: torch.Tensor | None = None) -> torch.Tensor:
+        """(P, L) sampled codes for the prompts `pids` (top-k sampling, codes only); seeded without touching global state.
+        `codes` (P, k), if given, are kept as the first k codes and only the rest is sampled (a plan continued under a
+        new prompt)."""
+        ids = self.prefix(pids)
+        if codes is not None:
+            codes = torch.as_tensor(codes, dtype=torch.long)
+            if codes.dim() != 2 or len(codes) != len(pids) or codes.shape[1] > self.n_tokens:
+                raise ValueError(f"codes must be (P, k) with P = {len(pids)} and k <= {self.n_tokens}, got {tuple(codes.shape)}")
+            if len(codes.reshape(-1)) and (codes.min() < 0 or codes.max() >= self.n_codes):
+                raise ValueError(f"codes must be in [0, {self.n_codes})")
+            if codes.shape[1] == self.n_tokens:
+                return codes.clone()
+            ids = torch.cat([ids, codes], 1)
+        n_new = self.n_tokens - (ids.shape[1] - 5)
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
-            out = self.gpt.generate(self.prefix(pids).to(self.gpt.device), do_sample=True, top_k=top_k, temperature=temperature,
-                                    max_new_tokens=self.n_tokens, min_new_tokens=self.n_tokens,
+            out = self.gpt.generate(ids.to(self.gpt.device), do_sample=True, top_k=top_k, temperature=temperature,
+                                    max_new_tokens=n_new, min_new_tokens=n_new,
                                     logits_processor=LogitsProcessorList([CodesOnly(self.n_codes)]),
                                     pad_token_id=self.eos,
-                                    attention_mask=torch.ones(len(pids), 5, dtype=torch.long, device=self.gpt.device))
+                                    attention_mask=torch.ones(*ids.shape, dtype=torch.long, device=self.gpt.device))
         return out[:, 5:5 + self.n_tokens].cpu()
 
 
@@ -416,17 +430,27 @@ class DiTBlock(nn.Module):
         return h + gate_mlp[:, None, None] * self.mlp(x)
 
 
+PLAN_MODES = ("inject", "concat")   # the plan enters by the gated semantic injection, or concatenated to the input
+
+
 class VideoDiT(nn.Module):
-    "A DiT over (B, window, size, size) latent windows with factorised space-time attention and the plan injection."
+    """A DiT over (B, window, size, size) latent windows with factorised space-time attention and the plan: injected
+    through the adapter and the zero-gated semantic injection (plan_mode "inject"), or concatenated to the input patches
+    ("concat"). adapter_blocks=0 leaves the adapter out (the identity)."""
 
     def __init__(self, size: int = 16, window: int = 10, patch: int = 4, d: int = 32, depth: int = 2, heads: int = 4,
-                 adapter_blocks: int = 2):
+                 adapter_blocks: int = 2, plan_mode: str = "inject"):
         super().__init__()
         if size % patch or d % heads:
             raise ValueError(f"size must be a multiple of patch and d of heads, got {size}, {patch}, {d}, {heads}")
-        self.size, self.window, self.patch = size, window, patch
+        if plan_mode not in PLAN_MODES:
+            raise ValueError(f"plan_mode must be one of {PLAN_MODES}, got {plan_mode!r}")
+        if adapter_blocks < 0:
+            raise ValueError(f"adapter_blocks must be >= 0, got {adapter_blocks}")
+        self.size, self.window, self.patch, self.plan_mode = size, window, patch, plan_mode
         n_patch, pp = (size // patch) ** 2, patch * patch
-        self.patch_in = nn.Linear(2 * pp, d)                           # the noisy (or clean) patch and the mask
+        # the noisy (or clean) patch and the mask; with plan_mode "concat" also the plan's patch (zeros without a plan)
+        self.patch_in = nn.Linear((3 if plan_mode == "concat" else 2) * pp, d)
         self.pos_space = nn.Parameter(torch.randn(1, 1, n_patch, d) * 0.02)
         self.pos_time = nn.Parameter(torch.randn(1, window, 1, d) * 0.02)
         self.time_proj, self.time_emb = Timesteps(d, True, 0), TimestepEmbedding(d, d)
@@ -457,8 +481,14 @@ class VideoDiT(nn.Module):
         B, T, S, _ = x_t.shape
         if T != self.window or S != self.size:
             raise ValueError(f"x_t must be (B, {self.window}, {self.size}, {self.size}), got {tuple(x_t.shape)}")
+        if plan is not None and plan.shape != x_t.shape:
+            raise ValueError(f"plan must have the shape of x_t {tuple(x_t.shape)}, got {tuple(plan.shape)}")
         m = ref_mask.float()[:, :, None, None].expand(B, T, S, S)
-        h = self.patch_in(torch.cat([self.patchify(x_t), self.patchify(m)], -1)) + self.pos_space + self.pos_time
+        parts = [self.patchify(x_t), self.patchify(m)]
+        if self.plan_mode == "concat":                                 # the plan as an input channel, no injection
+            parts.append(self.patchify(torch.zeros_like(x_t) if plan is None else plan))
+            plan = None
+        h = self.patch_in(torch.cat(parts, -1)) + self.pos_space + self.pos_time
         t = torch.as_tensor(t, device=x_t.device).reshape(-1).expand(B)
         emb = self.time_emb(self.time_proj(t).to(h.dtype))
         emb = emb + sum(e(pids[:, i]) for i, e in enumerate(self.fields))
@@ -567,13 +597,20 @@ class ARLONPipeline:
         if n_frames < self.segment or n_frames % self.segment:
             raise ValueError(f"n_frames must be a positive multiple of the segment ({self.segment}), got {n_frames}")
         codes, Fp = self.plan_latent(prompts, n_frames, plan, seed)
-        P, S, R, L = len(prompts), self.dit.size, self.n_ref, self.segment
+        pids = prompt_ids(prompts)
+        video = self.render([pids] * (n_frames // self.segment), Fp, steps, seed)
+        return dict(frames=from_latent(video), codes=codes, plan=None if Fp is None else from_latent(Fp))
+
+    def render(self, segment_pids: list, Fp, steps: int, seed: int) -> torch.Tensor:
+        "The latent video (P, n_frames, S, S), segment by segment: segment k conditioned on the prompts segment_pids[k]."
+        P, S, R, L = len(segment_pids[0]), self.dit.size, self.n_ref, self.segment
+        n_frames = L * len(segment_pids)
         dev = next(self.dit.parameters()).device
-        pids = prompt_ids(prompts).to(dev)
         g = torch.Generator().manual_seed(seed)
         video = torch.zeros(P, n_frames, S, S)
         self.scheduler.set_timesteps(steps)
         for s0 in range(0, n_frames, L):
+            pids = segment_pids[s0 // L].to(dev)
             idx = torch.arange(s0 - R, s0 + L).clamp(min=0)          # the window's frames (the first segment pads)
             ref = torch.zeros(P, R + L)
             ref_x = torch.zeros(P, R + L, S, S)
@@ -589,4 +626,34 @@ class ARLONPipeline:
                 eps = self.dit(x, t.to(dev).expand(P), pids, ref, f)
                 x = self.scheduler.step(eps, t, x).prev_sample
             video[:, s0:s0 + L] = x[:, R:].cpu()
+        return video
+
+    @torch.no_grad()
+    def progressive(self, segment_prompts: list[dict], steps: int = 25, plan: bool = True, seed: int = 0,
+                    top_k: int = 8) -> dict:
+        """One video whose prompt changes between segments (segment_prompts[k] for segment k). With `plan`, the AR
+        model continues its plan under each new prompt: the codes of the earlier segments are kept and the rest
+        sampled from the new prompt; the DiT sees segment k's prompt. Frames (1, T, S, S), codes and plan as in
+        __call__."""
+        segment_prompts = [check_prompt(p) for p in segment_prompts]
+        if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+            raise ValueError(f"steps must be an int >= 1, got {steps!r}")
+        if not segment_prompts:
+            raise ValueError("segment_prompts must hold one prompt per segment, got none")
+        n_frames = self.segment * len(segment_prompts)
+        codes = Fp = None
+        if plan:
+            if self.ar is None or self.vq is None:
+                raise ValueError("a progressive plan needs the pipeline's vq and AR model")
+            if self.segment % self.vq.t_ratio or self.ar.n_tokens != n_frames // self.vq.t_ratio:
+                raise ValueError(f"the planner writes {self.ar.n_tokens * self.vq.t_ratio} frames in chunks of "
+                                 f"{self.vq.t_ratio}: it needs {self.ar.n_tokens * self.vq.t_ratio // self.segment} "
+                                 f"segment prompts and a segment that is a multiple of {self.vq.t_ratio}")
+            per = self.segment // self.vq.t_ratio                      # codes per segment
+            codes = torch.zeros(1, 0, dtype=torch.long)
+            for k, p in enumerate(segment_prompts):
+                full = self.ar.sample(prompt_ids([p]), seed=seed + k, top_k=top_k, codes=codes)
+                codes = full[:, :(k + 1) * per]
+            Fp = self.vq.decode(codes, self.dit.size)
+        video = self.render([prompt_ids([p]) for p in segment_prompts], Fp, steps, seed)
         return dict(frames=from_latent(video), codes=codes, plan=None if Fp is None else from_latent(Fp))
