@@ -24,9 +24,10 @@ PAPER = {"title": "Streaming Video Question-Answering with In-context Video KV-C
          "code": "https://github.com/Becomebright/ReKV"}
 
 # %% auto #0
-__all__ = ['PAPER', 'ARMS', 'AFTER_ARMS', 'ORACLE_GAP', 'EXTERNAL_MARGIN', 'GAIN', 'RECALL_R', 'COMPETENT', 'DEEP_RECALL',
-           'DELTAS', 'GPU_UNITS_PER_S', 'Config', 'evaluate_length', 'streaming', 'external_recall', 'seed_job', 'run',
-           'competence_gates', 'cost_test', 'recall_by_layer', 'context_recall', 'make_claims', 'plan']
+__all__ = ['PAPER', 'ARMS', 'AFTER_ARMS', 'CONTEXT_ARMS', 'ORACLE_GAP', 'EXTERNAL_MARGIN', 'GAIN', 'RECALL_R', 'COMPETENT',
+           'DEEP_RECALL', 'DELTAS', 'GPU_UNITS_PER_S', 'Config', 'evaluate_length', 'context_length', 'streaming',
+           'external_recall', 'seed_job', 'run', 'competence_gates', 'cost_test', 'recall_by_layer',
+           'has_context_model', 'context_recall', 'make_claims', 'plan']
 
 # %% ../../nbs/rekv/03_evaluation.ipynb #92fbdc6e
 @dataclass
@@ -37,9 +38,17 @@ class Config(ScaledConfig):
     tokens_per_frame: int = 3
     n_shapes: int = 16
     n_colours: int = 8
-    # the share of training questions about the frame after the needle (context questions): 0 at ci and laptop (a
-    # ci run with a quarter failed the needle questions' competence gates), a quarter in the full preset
+    # the share of the main decoder's training questions about the frame after the needle (context questions): 0 in
+    # every preset (a ci run with a quarter failed the needle questions' competence gates); the context model learns them
     after_frac: float = 0.0
+    # the context model (K6): a second decoder of the same size, trained on context questions alone, whose key
+    # projections in layers >= context_from are followed by a causal depthwise convolution of width context_conv
+    # (tokens_per_frame + 1 reaches the previous frame's object token); 0: no context model, K6 reads the main decoder
+    context_conv: int = 0
+    context_from: int = 1
+    # its training steps: in pilots its loss left ln 8 between steps 190 and 330 on four seeds, so the laptop preset
+    # gives it 800 (a margin for seeds that leave later); the full preset the main decoder's 3,000
+    context_steps: int = 500
     # the decoder (LLaVA-OneVision's Qwen2 uses rope_theta 1e6)
     hidden: int = 64
     layers: int = 2
@@ -80,19 +89,26 @@ class Config(ScaledConfig):
             raise ValueError("full_max_frames must include at least the shortest test length")
         if not self.external_dims or min(self.external_dims) < 1:
             raise ValueError(f"external_dims must be positive widths, got {self.external_dims}")
+        if self.context_conv and not 1 <= self.context_from < self.layers:
+            raise ValueError(f"context_from must be a layer in [1, {self.layers}) (layer 0 keeps plain keys), got "
+                             f"{self.context_from}")
         if self.stream_frames % self.n_needles:
             raise ValueError("stream_frames must be a multiple of n_needles (one question per segment)")
 
     PRESETS: ClassVar[dict] = {
-        "tiny": dict(n_seeds=2, after_frac=0.25, steps=40, dual_steps=40, test_frames=(16, 64), full_max_frames=64, n_videos=4,
+        "tiny": dict(n_seeds=2, after_frac=0.25, context_conv=4, context_steps=40, steps=40, dual_steps=40, test_frames=(16, 64), full_max_frames=64, n_videos=4,
                      claim_frames=64, stream_frames=32, n_workers=1),
-        # ci shows the pipeline end to end within its time budget: four videos per seed and length, a shorter reference dual encoder
+        # ci shows the pipeline end to end within its time budget: four videos per seed and length, a shorter reference
+        # dual encoder, and no context model (its training would not fit: K6 reads the main decoder, which never
+        # trains on context questions, so K6 fails at ci and says nothing there)
         "ci": dict(n_videos=4, dual_steps=100),
         # sized from the ci replicates' spread (see "Sizing the laptop preset"): more seeds and videos, 1,024 frames,
-        # a deeper decoder (4 layers) so that per-layer recall beyond the first layer is measured
+        # a deeper decoder (4 layers) so that per-layer recall beyond the first layer is measured, and the context
+        # model (key convolution of width 4 = tokens_per_frame + 1 from layer 1) for K6
         "laptop": dict(n_seeds=8, layers=4, steps=500, dual_steps=500, test_frames=(16, 64, 256, 1024),
-                       n_videos=48, claim_frames=1024, stream_frames=256, n_workers=2),
-        "full": dict(after_frac=0.25, tokens_per_frame=16, hidden=256, layers=4, heads=8, kv_heads=2, ffn=768, steps=3000, batch=64,
+                       n_videos=48, claim_frames=1024, stream_frames=256, n_workers=2, context_conv=4,
+                       context_steps=800),
+        "full": dict(context_conv=17, context_steps=3000, tokens_per_frame=16, hidden=256, layers=4, heads=8, kv_heads=2, ffn=768, steps=3000, batch=64,
                      lr=1e-3, dual_steps=3000, test_frames=(16, 64, 256, 1024, 4096), full_max_frames=1024,
                      n_videos=16, claim_frames=4096, r=64, sweep_r=(8, 16, 32, 80), sweep_b=(2, 4, 8, 16),
                      stream_frames=1024, n_workers=1),
@@ -100,7 +116,7 @@ class Config(ScaledConfig):
     # the smoke run keeps the preset's model (so that its measured rate calibrates the dry-run's estimate) and caps
     # the loops: two seeds, a few steps (12: OneCycleLR needs a warm-up step count other than 1), two videos, lengths
     # up to 256 frames
-    SMOKE: ClassVar[dict] = dict(n_seeds=2, steps=12, dual_steps=12, n_videos=2, n_workers=1,
+    SMOKE: ClassVar[dict] = dict(n_seeds=2, steps=12, dual_steps=12, context_steps=12, n_videos=2, n_workers=1,
                                  test_frames=lambda t: tuple(x for x in t if x <= 256),
                                  claim_frames=lambda c: min(c, 256), full_max_frames=lambda f: min(f, 256),
                                  stream_frames=lambda f: min(f, 64), sweep_r=lambda r: r[:2], sweep_b=lambda b: b[:1])
@@ -109,13 +125,23 @@ class Config(ScaledConfig):
         return SceneWorld(n_shapes=self.n_shapes, n_colours=self.n_colours, tokens_per_frame=self.tokens_per_frame,
                           after_frac=self.after_frac)
 
+    def context_world(self) -> SceneWorld:
+        "The context model's world: the same videos, every training question about the frame after a needle."
+        return dataclasses.replace(self.world(), after_frac=1.0)
+
     def decoder(self, world: SceneWorld) -> DecoderConfig:
         return DecoderConfig(world.vocab_size, self.hidden, self.layers, self.heads, self.kv_heads, self.ffn, self.rope_theta)
+
+    def context_decoder(self, world: SceneWorld) -> DecoderConfig:
+        "The context model: the main decoder's sizes, keys convolved from layer `context_from` on."
+        return dataclasses.replace(self.decoder(world), key_conv=self.context_conv, key_conv_from=self.context_from)
 
 # %% ../../nbs/rekv/03_evaluation.ipynb #33f83bdb
 ARMS = ("uniform", "window", "full", "rekv", "rekv-cosine", "external", "external-trained", "oracle")
 # the arms asked the context question (the colour of the frame after the needle) on the same videos and caches
 AFTER_ARMS = ("after-rekv", "after-full", "after-oracle")
+# the same arms on the context model (a key convolution from layer context_from on, trained on context questions)
+CONTEXT_ARMS = tuple("ctx-" + a for a in AFTER_ARMS)
 
 
 def _timed(fn):
@@ -216,6 +242,40 @@ def evaluate_length(model, encoders, world: SceneWorld, T: int, cfg, rng, device
     return rows
 
 
+def context_length(model, world: SceneWorld, T: int, cfg, rng, device) -> list[dict]:
+    """The context model at one length: every needle's context question (the colour of the frame after it), asked of
+    ReKV, full attention (up to full_max_frames) and the oracle reading both frames (arms `CONTEXT_ARMS`); recall of
+    the frame after the needle (`recall_*`) and of the needle frame (`needle_l*`) per layer."""
+    v = world.videos(cfg.n_videos, T, min(cfg.n_needles, T - 1), rng, after=True)
+    frames = torch.as_tensor(v["frames"], device=device)
+    make = lambda **kw: ReKV(model, world.sink_ids, world.tokens_per_frame, **{**dict(window=cfg.window, r=cfg.r, b=cfg.b), **kw})
+    rekv = make()
+    arms = {"ctx-after-rekv": (rekv, rekv.encode(frames), "rekv"), "ctx-after-oracle": (rekv, None, "frames")}
+    if T <= cfg.full_max_frames:
+        fm = make(window=None)
+        arms["ctx-after-full"] = (fm, fm.encode(frames), "full")
+    st = {a: dict(correct=0, recall=np.zeros(cfg.layers), needle=np.zeros(cfg.layers), union=0) for a in arms}
+    nq = v["needle_shape"].shape[1]
+    for j in range(nq):
+        q = torch.as_tensor(world.question(v["needle_shape"][:, j], after=True), device=device)
+        y = torch.as_tensor(world.colour_token(v["after_colour"][:, j]), device=device)
+        nf, af = (torch.as_tensor(v[k][:, j], device=device) for k in ("needle_frame", "after_frame"))
+        for a, (m, c, mode) in arms.items():
+            c = arms["ctx-after-rekv"][1] if c is None else c
+            kw = dict(frames=torch.stack([nf, af], 1)) if mode == "frames" else {}
+            logits, picks = m.answer(c, q, mode=mode, **kw)
+            hit = torch.stack([(p == af[:, None]).any(1) for p in picks])            # (layers, B)
+            s = st[a]
+            s["correct"] += int((logits.argmax(-1) == y).sum())
+            s["recall"] += hit.float().sum(1).cpu().numpy()
+            s["needle"] += torch.stack([(p == nf[:, None]).any(1) for p in picks]).float().sum(1).cpu().numpy()
+            s["union"] += int(hit.any(0).sum())
+    n = cfg.n_videos * nq
+    return [dict(T=T, arm=a, accuracy=s["correct"] / n, recall_union=s["union"] / n,
+                 **{f"recall_l{l}": float(x / n) for l, x in enumerate(s["recall"])},
+                 **{f"needle_l{l}": float(x / n) for l, x in enumerate(s["needle"])}) for a, s in st.items()]
+
+
 def streaming(model, world: SceneWorld, cfg, rng, device) -> list[dict]:
     """The streaming protocol: each video is read in n_needles segments, needle j inside segment j, and question j
     is answered (ReKV) as soon as segment j has been read; never a frame beyond the question's time."""
@@ -276,6 +336,15 @@ def seed_job(seed: int, cfg_dict: dict) -> list[dict]:
         rows += evaluate_length(model, encoders, world, T, cfg, rng, device)
     rows += streaming(model, world, cfg, rng, device)
     rows += external_recall(world, cfg, seed, rng)
+    if cfg.context_conv:   # the context model: its own training and videos, after the main decoder's (whose rows it leaves as they were)
+        cworld = cfg.context_world()
+        with torch.random.fork_rng():
+            cmodel, closses = train_decoder(cworld, cfg.context_decoder(cworld), cfg.context_steps, cfg.batch, cfg.train_frames,
+                                            cfg.lr, seed, device=device)
+        crng = np.random.default_rng(2000 + seed)
+        rows.append(dict(T=None, arm="ctx-train", final_loss=float(np.mean(closses[-20:]))))
+        for T in sorted({min(cfg.test_frames), cfg.claim_frames}):
+            rows += context_length(cmodel, cworld, T, cfg, crng, device)
     return [r | dict(seed=seed) for r in rows]
 
 
@@ -342,12 +411,20 @@ def recall_by_layer(rows, seeds, cfg, arm: str = "rekv", T: int | None = None) -
     return [float(per_seed(rows, seeds, f"recall_l{l}", arm=arm, T=T).mean()) for l in range(cfg.layers)]
 
 
-def context_recall(rows, seeds, cfg, T: int | None = None) -> dict:
-    "The context questions at length T (default the claim length): accuracy by arm, ReKV's recall by layer, means over seeds."
+def has_context_model(rows) -> bool:
+    "Whether the run trained the context model (its arms are in the rows)."
+    return any(r.get("arm") == "ctx-after-rekv" for r in rows)
+
+
+def context_recall(rows, seeds, cfg, T: int | None = None, model: str = "main") -> dict:
+    """The context questions at length T (default the claim length) asked of the main decoder (`model` 'main', arms
+    `AFTER_ARMS`) or of the context model ('context', `CONTEXT_ARMS`): accuracy by arm (without the prefix), ReKV's
+    recall by layer of the frame after the needle and of the needle frame, means over seeds."""
     T = cfg.claim_frames if T is None else T
-    mean = lambda key, arm: float(per_seed(rows, seeds, key, arm=arm, T=T).mean())
-    arms = [a for a in AFTER_ARMS if any(r.get("arm") == a and r["T"] == T for r in rows)]
-    return {"T": T, "accuracy": {a: mean("accuracy", a) for a in arms},
+    pre = {"main": "", "context": "ctx-"}[model]
+    mean = lambda key, arm: float(per_seed(rows, seeds, key, arm=pre + arm, T=T).mean())
+    arms = [a for a in AFTER_ARMS if any(r.get("arm") == pre + a and r["T"] == T for r in rows)]
+    return {"T": T, "model": model, "accuracy": {a: mean("accuracy", a) for a in arms},
             "after": [mean(f"recall_l{l}", "after-rekv") for l in range(cfg.layers)],
             "needle": [mean(f"needle_l{l}", "after-rekv") for l in range(cfg.layers)]}
 
@@ -365,6 +442,13 @@ def make_claims(rows, seeds, cfg) -> list[dict]:
                  + ", ".join(f"layer {l} {x:.3f}" for l, x in enumerate(cx["after"]))
                  + f"; accuracy {cx['accuracy']['after-rekv']:.3f} (oracle reading both frames "
                    f"{cx['accuracy']['after-oracle']:.3f}).")
+    ctx_model = has_context_model(rows)
+    if ctx_model:
+        cc = context_recall(rows, seeds, cfg, model="context")
+        per_layer += (f" The context model (key convolution of width {cfg.context_conv} from layer {cfg.context_from}, "
+                      f"trained on context questions) recalls that frame: "
+                      + ", ".join(f"layer {l} {x:.3f}" for l, x in enumerate(cc["after"]))
+                      + f"; accuracy {cc['accuracy']['after-rekv']:.3f}.")
     out = []
     rk = acc("rekv")
     for base in ("uniform", "window"):
@@ -447,10 +531,16 @@ def make_claims(rows, seeds, cfg) -> list[dict]:
              f"[{ct['rekv']['lo']:.2f}, {ct['rekv']['hi']:.2f}]); full attention {ms('full', T0):.3f} ms at {T0}, "
              f"{ms('full', Tf):.3f} ms at {Tf} (log ratio [{ct['full']['lo']:.2f}, {ct['full']['hi']:.2f}]). Paper "
              f"(Table 5): latency flat in frames."))
-    # K6: the mechanism test on the context questions
-    cx0 = context_recall(rows, seeds, cfg, T0)
+    # K6: the mechanism test on the context questions, on the context model where the run trained it
+    which = "context" if ctx_model else "main"
+    cx, cx0 = context_recall(rows, seeds, cfg, model=which), context_recall(rows, seeds, cfg, T0, model=which)
     deep = max(cx["after"][1:]) if cfg.layers > 1 else 0.0
     learned = cx0["accuracy"].get("after-full", float("nan"))
+    about = (f"The context model: the main decoder's sizes, trained on context questions alone, its key projections in "
+             f"layers >= {cfg.context_from} followed by a causal depthwise convolution of width {cfg.context_conv} "
+             f"(layer 0's keys are plain). " if ctx_model else
+             f"The main decoder (no context model at this scale; a share {cfg.after_frac} of its training questions "
+             f"are context questions). ")
     out.append(check(
         "K6-deep", "On questions that need context, a deeper layer (>= 1) retrieves the frame that holds the answer "
                    "well above chance.", f"best recall of the frame after the needle in a layer >= 1 at {T} frames",
@@ -458,7 +548,7 @@ def make_claims(rows, seeds, cfg) -> list[dict]:
         rule=f"The best layer >= 1 finds the frame after the needle in at least {DEEP_RECALL} of the context questions "
              f"(chance r/T = {cfg.r / T:.4f}), and full attention answers them at {T0} frames in at least {COMPETENT} "
              f"(the model has learned them); both thresholds fixed before the first run.",
-        note=f"Recall of the frame after the needle by layer: {', '.join(f'{x:.3f}' for x in cx['after'])}; of the "
+        note=about + f"Recall of the frame after the needle by layer: {', '.join(f'{x:.3f}' for x in cx['after'])}; of the "
              f"needle frame: {', '.join(f'{x:.3f}' for x in cx['needle'])}. Accuracy on the context questions at {T} "
              f"frames: ReKV {cx['accuracy']['after-rekv']:.3f}, oracle reading both frames "
              f"{cx['accuracy']['after-oracle']:.3f}; full attention at {T0} frames {learned:.3f} (chance "
@@ -506,7 +596,14 @@ def _units(cfg) -> dict:
         return enc + full + ask + cfg.n_videos * T * len(cfg.external_dims) / 64 * (T == cfg.claim_frames)
     test = cfg.n_seeds * sum(length(T) for T in cfg.test_frames)
     stream = cfg.n_seeds * cfg.stream_frames * call(cfg.n_videos * M * (1 + cfg.window / 8))
-    return dict(train=train + dual, test=test, stream=stream)
+    context = 0.0
+    if cfg.context_conv:   # the context model: training as the main decoder's, then the context arms at two lengths
+        ask3 = cfg.n_needles * len(CONTEXT_ARMS) * call(cfg.n_videos * (cfg.r * M + 2))
+        ctest = lambda T: (T * call(cfg.n_videos * M * (1 + cfg.window / 8)) + ask3
+                           + (T * call(cfg.n_videos * M * (1 + T / 16)) if T <= cfg.full_max_frames else 0.0))
+        ctrain = cfg.n_seeds * cfg.context_steps * 3 * call(cfg.batch * (n_sinks + cfg.train_frames * M + 2 * cfg.n_needles))
+        context = ctrain + cfg.n_seeds * sum(ctest(T) for T in {min(cfg.test_frames), cfg.claim_frames})
+    return dict(train=train + dual, test=test, stream=stream, context=context)
 
 
 def plan(cfg: Config) -> list[dict]:
@@ -521,4 +618,9 @@ def plan(cfg: Config) -> list[dict]:
                  sweeps=f"r {cfg.sweep_r}, b {cfg.sweep_b}" if cfg.sweep_r or cfg.sweep_b else "",
                  external_widths=", ".join(map(str, cfg.external_dims)), units=u["test"] / par),
             dict(phase="streaming protocol", seeds=cfg.n_seeds, frames=cfg.stream_frames, videos=cfg.n_videos,
-                 arms="rekv", units=u["stream"] / par)]
+                 arms="rekv", units=u["stream"] / par)] + ([
+            dict(phase="context model (K6): train on context questions, then ask them", seeds=cfg.n_seeds,
+                 frames=", ".join(map(str, sorted({min(cfg.test_frames), cfg.claim_frames}))), steps=cfg.context_steps,
+                 videos=cfg.n_videos, arms=", ".join(CONTEXT_ARMS),
+                 model=f"key convolution of width {cfg.context_conv} from layer {cfg.context_from}",
+                 units=u["context"] / par)] if cfg.context_conv else [])

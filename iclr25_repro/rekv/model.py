@@ -25,6 +25,8 @@ class DecoderConfig:
     intermediate_size: int = 128
     rope_theta: float = 10000.0
     rms_eps: float = 1e-6
+    key_conv: int = 0       # width of a causal depthwise convolution after the key projection (0: none, a plain Llama)
+    key_conv_from: int = 0  # the first layer with that convolution (layers before it keep plain keys)
 
     def __post_init__(self):
         if self.hidden_size % self.n_heads:
@@ -33,14 +35,24 @@ class DecoderConfig:
             raise ValueError(f"n_heads ({self.n_heads}) must be a multiple of n_kv_heads ({self.n_kv_heads})")
         if (self.hidden_size // self.n_heads) % 2:
             raise ValueError("the head size must be even (rotary pairs)")
+        if isinstance(self.key_conv, bool) or int(self.key_conv) != self.key_conv or self.key_conv < 0:
+            raise ValueError(f"key_conv must be a convolution width (an int >= 1) or 0 for none, got {self.key_conv!r}")
+        if int(self.key_conv_from) != self.key_conv_from or not 0 <= self.key_conv_from < self.n_layers:
+            raise ValueError(f"key_conv_from must be a layer index in [0, {self.n_layers}), got {self.key_conv_from!r}")
+
+    def has_key_conv(self, layer: int) -> bool:
+        "Whether layer `layer`'s keys pass through the convolution."
+        return bool(self.key_conv) and layer >= self.key_conv_from
 
     @property
     def head_dim(self) -> int:
         return self.hidden_size // self.n_heads
 
     def to_llama(self):
-        "The same architecture as a transformers `LlamaConfig`."
+        "The same architecture as a transformers `LlamaConfig` (a plain decoder only: `key_conv` = 0)."
         from transformers import LlamaConfig
+        if self.key_conv:
+            raise ValueError("a decoder with a key convolution (key_conv > 0) has no LlamaConfig twin")
         return LlamaConfig(vocab_size=self.vocab_size, hidden_size=self.hidden_size, intermediate_size=self.intermediate_size,
                            num_hidden_layers=self.n_layers, num_attention_heads=self.n_heads,
                            num_key_value_heads=self.n_kv_heads, rms_norm_eps=self.rms_eps, rope_theta=self.rope_theta,
@@ -88,20 +100,36 @@ class Context:
 
 
 class Attention(nn.Module):
-    def __init__(self, cfg: DecoderConfig):
+    def __init__(self, cfg: DecoderConfig, layer: int = 0):
         super().__init__()
+        self.conv_width = cfg.key_conv if cfg.has_key_conv(layer) else 0
         self.cfg, d, hd = cfg, cfg.hidden_size, cfg.head_dim
         self.q_proj = nn.Linear(d, cfg.n_heads * hd, bias=False)
         self.k_proj = nn.Linear(d, cfg.n_kv_heads * hd, bias=False)
         self.v_proj = nn.Linear(d, cfg.n_kv_heads * hd, bias=False)
         self.o_proj = nn.Linear(cfg.n_heads * hd, d, bias=False)
+        if self.conv_width:   # Eq. (conv): key_t = sum_j w_j * (W_k h)_{t-j}, j < key_conv, per channel
+            n = cfg.n_kv_heads * hd
+            self.k_conv = nn.Conv1d(n, n, cfg.key_conv, groups=n, bias=False)
 
-    def qkv(self, h):
-        "Pre-RoPE queries (B, heads, L, d), keys and values (B, kv_heads, L, d) of hidden states h (B, L, D)."
+    def qkv(self, h, key_state: list | None = None, layer: int = 0):
+        """Pre-RoPE queries (B, heads, L, d), keys and values (B, kv_heads, L, d) of hidden states h (B, L, D). With a
+        key convolution, `key_state[layer]` holds the key projections of the key_conv - 1 tokens before h (None: the
+        sequence starts here, zeros); it is replaced by those of the last key_conv - 1 tokens, h's included."""
         B, L, _ = h.shape
         c = self.cfg
         q = self.q_proj(h).view(B, L, c.n_heads, c.head_dim).transpose(1, 2)
-        k = self.k_proj(h).view(B, L, c.n_kv_heads, c.head_dim).transpose(1, 2)
+        k = self.k_proj(h)                                                      # (B, L, kv_heads*d)
+        if self.conv_width:
+            w = self.conv_width
+            prev = None if key_state is None else key_state[layer]
+            if prev is None:
+                prev = k.new_zeros(B, w - 1, k.shape[-1])
+            x = torch.cat([prev.to(k), k], 1)                                  # (B, w-1+L, kv_heads*d)
+            k = F.conv1d(x.transpose(1, 2), self.k_conv.weight, groups=k.shape[-1]).transpose(1, 2)   # (B, L, .)
+            if key_state is not None:
+                key_state[layer] = x[:, x.shape[1] - (w - 1):]
+        k = k.view(B, L, c.n_kv_heads, c.head_dim).transpose(1, 2)
         v = self.v_proj(h).view(B, L, c.n_kv_heads, c.head_dim).transpose(1, 2)
         return q, k, v
 
@@ -143,9 +171,9 @@ class MLP(nn.Module):
 
 
 class Block(nn.Module):
-    def __init__(self, cfg: DecoderConfig):
+    def __init__(self, cfg: DecoderConfig, layer: int = 0):
         super().__init__()
-        self.self_attn, self.mlp = Attention(cfg), MLP(cfg)
+        self.self_attn, self.mlp = Attention(cfg, layer), MLP(cfg)
         self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_eps)
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_eps)
 
@@ -154,7 +182,7 @@ class _Inner(nn.Module):
     def __init__(self, cfg: DecoderConfig):
         super().__init__()
         self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
-        self.layers = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layers))
+        self.layers = nn.ModuleList(Block(cfg, l) for l in range(cfg.n_layers))
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_eps)
 
 
@@ -168,10 +196,12 @@ class Decoder(nn.Module):
         self.lm_head = nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
 
     def forward(self, ids: torch.Tensor, pos: torch.Tensor | None = None, context_fn=None, return_kv: bool = False,
-                last_only: bool = False):
+                last_only: bool = False, key_state: list | None = None):
         """Logits (B, L, vocab) of token ids (B, L). Without context_fn: plain causal attention at positions `pos`
         (default 0..L-1). With it: `context_fn(layer, q_pre) -> (Context | None, pos)` per layer. With return_kv,
-        also [(q_pre, k_pre, v) per layer] of the new tokens. With last_only, logits of the last token only (B, 1, vocab)."""
+        also [(q_pre, k_pre, v) per layer] of the new tokens. With last_only, logits of the last token only (B, 1, vocab).
+        With a key convolution, `key_state` (one entry per layer, None at the start of a sequence) carries the key
+        projections of the tokens before ids and is updated in place (see `Attention.qkv`)."""
         B, L = ids.shape
         if pos is None:
             pos = torch.arange(L, device=ids.device).expand(B, L)
@@ -179,7 +209,7 @@ class Decoder(nn.Module):
         kv = []
         for i, blk in enumerate(self.model.layers):
             x = blk.input_layernorm(h)
-            q, k, v = blk.self_attn.qkv(x)
+            q, k, v = blk.self_attn.qkv(x, key_state, i)
             ctx, p = (None, pos) if context_fn is None else context_fn(i, q)
             h = h + blk.self_attn.attend(q, k, v, p, ctx)
             h = h + blk.mlp(blk.post_attention_layernorm(h))
@@ -191,7 +221,7 @@ class Decoder(nn.Module):
     def to_llama(self):
         "A transformers `LlamaForCausalLM` holding these weights (for the equivalence check)."
         from transformers import LlamaForCausalLM
-        m = LlamaForCausalLM(self.cfg.to_llama())
+        m = LlamaForCausalLM(self.cfg.to_llama())          # a ValueError with a key convolution
         missing, unexpected = m.load_state_dict(self.state_dict(), strict=False)
         if [k for k in missing if "rotary" not in k] or unexpected:
             raise RuntimeError(f"weights do not map onto LlamaForCausalLM: missing {missing}, unexpected {unexpected}")
@@ -217,6 +247,7 @@ class VideoCache:
     frame_v: list
     rep: list              # per layer (B, T, heads*d)
     tokens_per_frame: int
+    key_state: list | None = None   # with a key convolution: per layer, the key projections of the stream's last tokens
 
     @property
     def n_frames(self) -> int:
@@ -300,8 +331,11 @@ class ReKV:
 
     @torch.no_grad()
     def _sinks(self, B: int):
-        _, kv = self.model(self.sink_ids.to(self.device)[None], return_kv=True)
-        return [k.expand(B, -1, -1, -1) for _, k, _ in kv], [v.expand(B, -1, -1, -1) for _, _, v in kv]
+        "The sinks' pre-RoPE keys and values per layer, and the key convolution's state after them (None without one)."
+        st = [None] * self.model.cfg.n_layers if self.model.cfg.key_conv else None
+        _, kv = self.model(self.sink_ids.to(self.device)[None], return_kv=True, key_state=st)
+        st = None if st is None else [None if s is None else s.expand(B, -1, -1) for s in st]
+        return [k.expand(B, -1, -1, -1) for _, k, _ in kv], [v.expand(B, -1, -1, -1) for _, _, v in kv], st
 
     @torch.no_grad()
     def encode(self, frames: torch.Tensor, cache: VideoCache | None = None) -> VideoCache:
@@ -312,8 +346,8 @@ class ReKV:
         dev, (B, T, M), nl = self.device, frames.shape, self.model.cfg.n_layers
         frames = frames.to(dev)
         if cache is None:
-            sk, sv = self._sinks(B)
-            cache = VideoCache(sk, sv, [None] * nl, [None] * nl, [None] * nl, M)
+            sk, sv, st = self._sinks(B)
+            cache = VideoCache(sk, sv, [None] * nl, [None] * nl, [None] * nl, M, st)
         elif cache.batch != B:
             raise ValueError(f"the cache holds {cache.batch} videos, got frames for {B}")
         # the frames the window may still read, per layer, on the compute device, one tensor per frame
@@ -340,7 +374,8 @@ class ReKV:
                 qpos = torch.arange(L, L + ids.shape[1], device=dev).expand(B, -1)
                 return Context(k, v, pos, torch.ones(B, L, dtype=torch.bool, device=dev)), qpos
 
-            _, kv = self.model(ids, context_fn=ctx_fn, return_kv=True)
+            # the key convolution reads the stream's previous tokens whatever the window (cache.key_state, in place)
+            _, kv = self.model(ids, context_fn=ctx_fn, return_kv=True, key_state=cache.key_state)
             for l, (_, k, v) in enumerate(kv):
                 out_k[l].append(k)
                 out_v[l].append(v)
@@ -426,8 +461,13 @@ class ReKV:
             return ctx, n + torch.arange(question.shape[1], device=question.device)
 
         with torch.no_grad():
-            self.model(question, context_fn=ctx_fn, last_only=True)
+            self.model(question, context_fn=ctx_fn, last_only=True, key_state=self._key_state(cache))
         return picks, scores
+
+    @staticmethod
+    def _key_state(cache: VideoCache):
+        "A copy of the stream's key-convolution state: the question follows the stream's last tokens and is never stored."
+        return None if cache.key_state is None else list(cache.key_state)
 
     @torch.no_grad()
     def answer(self, cache: VideoCache, question: torch.Tensor, mode: str = "rekv", frames=None, scores=None):
@@ -442,7 +482,7 @@ class ReKV:
             ctx = self._context(cache, l, picks[l])
             return ctx, ctx.length[:, None] + torch.arange(question.shape[1], device=question.device)
 
-        logits = self.model(question, context_fn=ctx_fn, last_only=True)
+        logits = self.model(question, context_fn=ctx_fn, last_only=True, key_state=self._key_state(cache))
         return logits[:, -1], picks
 
 # %% ../../nbs/rekv/02_implementation.ipynb #b68dfda7
