@@ -154,6 +154,24 @@ def _timed(fn):
     return out, time.perf_counter() - t
 
 
+def _tally(s: dict, logits, picks, y, target, needle=None) -> None:
+    """Add one batch of answers to an arm's counts `s`: correct answers, recall of the `target` frame per layer and in
+    the union of the layers, and, if given, recall of the `needle` frame per layer."""
+    hit = torch.stack([(p == target[:, None]).any(1) for p in picks])          # (layers, B)
+    s["correct"] += int((logits.argmax(-1) == y).sum())
+    s["recall"] += hit.float().sum(1).cpu().numpy()
+    s["union"] += int(hit.any(0).sum())
+    if needle is not None:
+        s["needle"] += torch.stack([(p == needle[:, None]).any(1) for p in picks]).float().sum(1).cpu().numpy()
+
+
+def _context_rows(T: int, counts: dict, n: int) -> list[dict]:
+    "One row per context arm from its counts over n questions: accuracy, recall of the frame after the needle and of the needle, per layer."
+    return [dict(T=T, arm=a, accuracy=s["correct"] / n, recall_union=s["union"] / n,
+                 **{f"recall_l{l}": float(x / n) for l, x in enumerate(s["recall"])},
+                 **{f"needle_l{l}": float(x / n) for l, x in enumerate(s["needle"])}) for a, s in counts.items()]
+
+
 def evaluate_length(model, encoders, world: SceneWorld, T: int, cfg, rng, device) -> list[dict]:
     """One seed at one video length: n_videos videos, every needle asked once, every arm; accuracy, needle recall
     per layer and in the union, frames and tokens read, wall time per question. Each needle is also asked the context
@@ -204,11 +222,8 @@ def evaluate_length(model, encoders, world: SceneWorld, T: int, cfg, rng, device
             (logits, picks), sec = _timed(lambda: m.answer(c, q, **kw))
             if a == "uniform":  # the sampled frames, in the original video's frame numbers
                 picks = [torch.as_tensor(uni_idx, device=device)[p.clamp(min=0)] for p in picks]
-            hit = torch.stack([(p == nf[:, None]).any(1) for p in picks])            # (layers, B)
             st = stats[a]
-            st["correct"] += int((logits.argmax(-1) == y).sum())
-            st["recall"] += hit.float().sum(1).cpu().numpy()
-            st["union"] += int(hit.any(0).sum())
+            _tally(st, logits, picks, y, nf)
             st["frames"] += float(np.mean([(p >= 0).sum(1).float().mean().item() for p in picks]))
             st["seconds"] += sec
         # the context question: the answer is in the frame after the needle, whose own tokens do not name the needle
@@ -218,12 +233,7 @@ def evaluate_length(model, encoders, world: SceneWorld, T: int, cfg, rng, device
         for a, (m, c, kw) in after.items():
             kw = dict(kw, frames=torch.stack([nf, af], 1)) if kw["mode"] == "frames" else kw
             logits, picks = m.answer(c, qa_, **kw)
-            hit = torch.stack([(p == af[:, None]).any(1) for p in picks])
-            st = astats[a]
-            st["correct"] += int((logits.argmax(-1) == ya).sum())
-            st["recall"] += hit.float().sum(1).cpu().numpy()
-            st["needle"] += torch.stack([(p == nf[:, None]).any(1) for p in picks]).float().sum(1).cpu().numpy()
-            st["union"] += int(hit.any(0).sum())
+            _tally(astats[a], logits, picks, ya, af, nf)
     n = cfg.n_videos * nq
     rows = []
     for a, st in stats.items():
@@ -232,10 +242,7 @@ def evaluate_length(model, encoders, world: SceneWorld, T: int, cfg, rng, device
                          **{f"recall_l{l}": float(x / n) for l, x in enumerate(st["recall"])},
                          frames_read=fr, tokens_read=S + fr * M + 2, ms_per_question=1e3 * st["seconds"] / n,
                          encode_s=arms[a][3]))
-    for a, st in astats.items():
-        rows.append(dict(T=T, arm=a, accuracy=st["correct"] / n, recall_union=st["union"] / n,
-                         **{f"recall_l{l}": float(x / n) for l, x in enumerate(st["recall"])},
-                         **{f"needle_l{l}": float(x / n) for l, x in enumerate(st["needle"])}))
+    rows += _context_rows(T, astats, n)
     kv_formula = cfg.n_videos * kv_bytes(cfg.layers, T, M, cfg.kv_heads, cfg.hidden // cfg.heads,
                                          next(model.parameters()).element_size())
     rows.append(dict(T=T, arm="kv", kv_bytes=cache.nbytes(), kv_formula=kv_formula))
@@ -264,16 +271,8 @@ def context_length(model, world: SceneWorld, T: int, cfg, rng, device) -> list[d
             c = arms["ctx-after-rekv"][1] if c is None else c
             kw = dict(frames=torch.stack([nf, af], 1)) if mode == "frames" else {}
             logits, picks = m.answer(c, q, mode=mode, **kw)
-            hit = torch.stack([(p == af[:, None]).any(1) for p in picks])            # (layers, B)
-            s = st[a]
-            s["correct"] += int((logits.argmax(-1) == y).sum())
-            s["recall"] += hit.float().sum(1).cpu().numpy()
-            s["needle"] += torch.stack([(p == nf[:, None]).any(1) for p in picks]).float().sum(1).cpu().numpy()
-            s["union"] += int(hit.any(0).sum())
-    n = cfg.n_videos * nq
-    return [dict(T=T, arm=a, accuracy=s["correct"] / n, recall_union=s["union"] / n,
-                 **{f"recall_l{l}": float(x / n) for l, x in enumerate(s["recall"])},
-                 **{f"needle_l{l}": float(x / n) for l, x in enumerate(s["needle"])}) for a, s in st.items()]
+            _tally(st[a], logits, picks, y, af, nf)
+    return _context_rows(T, st, cfg.n_videos * nq)
 
 
 def streaming(model, world: SceneWorld, cfg, rng, device) -> list[dict]:
